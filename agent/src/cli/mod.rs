@@ -1,0 +1,65 @@
+//! Command-line interface: global flags and one module per subcommand.
+
+mod probe;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::process::ExitCode;
+
+/// kyverno-runtime enforces and observes what pods do (file opens, program
+/// execution, network egress, application protocol, DNS) with eBPF, driven by
+/// the cluster-scoped RuntimePolicy resource.
+#[derive(Debug, Parser)]
+#[command(name = "kyverno-runtime", version, about)]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Logging flags shared by every subcommand.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log filter in `tracing` env-filter syntax (for example `info,kyverno_runtime=debug`).
+    #[arg(long, env = "KRT_LOG", default_value = "info", global = true)]
+    pub log_level: String,
+    /// Log line format.
+    #[arg(long, env = "KRT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain, global = true)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Probe what this kernel can do and print which backend serves each behavior.
+    Probe(probe::ProbeArgs),
+}
+
+/// Installs the global `tracing` subscriber; logs go to stderr so that
+/// command output on stdout stays machine-readable.
+pub fn init_logging(args: &LogArgs) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Plain => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Runs the chosen subcommand.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Probe(args) => probe::run(args),
+    }
+}
