@@ -130,11 +130,16 @@ fn every_kernel_gives_the_plan_it_must() {
                 }
             },
         };
+        let retried: Vec<String> = entry.retried_after.iter().map(|e| e.to_string()).collect();
+        if !retried.is_empty() {
+            // Visible in the log: a guest crash is retried once, never hidden.
+            println!("{label}: booted again after: {}", retried.join("; "));
+        }
         match verdict.and_then(|r| check(entry.lsm, &r).map(|()| r)) {
             Ok(r) => {
                 let p = &r.plan;
                 rows.push(format!(
-                    "{:<6} {:<6} {:<28} {:<9} {:<18} {:<22} {:<15} {:<11} ok",
+                    "{:<6} {:<6} {:<28} {:<9} {:<18} {:<22} {:<15} {:<11} ok{}",
                     entry.series.to_string(),
                     entry.lsm.to_string(),
                     version,
@@ -143,6 +148,7 @@ fn every_kernel_gives_the_plan_it_must() {
                     p.protocol.backend.id(),
                     p.dns.backend.id(),
                     p.exec_argv.backend.id(),
+                    if retried.is_empty() { "" } else { " (retried)" },
                 ));
             }
             Err(difference) => {

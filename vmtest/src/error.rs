@@ -211,6 +211,15 @@ impl Error {
         }
     }
 
+    /// Whether the guest itself failed (a panic, a hang, a boot that never
+    /// reached the sentinel), as opposed to the harness or the download.
+    pub fn is_guest_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout { .. } | Error::KernelPanic { .. } | Error::NoSentinel { .. }
+        )
+    }
+
     /// Wraps an [`io::Error`] with what was being done and to which path.
     pub(crate) fn io(context: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         Error::Io {

@@ -29,6 +29,12 @@ pub struct Workload {
     pub memory_mib: u32,
     /// Extra qemu arguments.
     pub extra_qemu_args: Vec<String>,
+    /// How many times a configuration whose guest itself failed (a kernel
+    /// panic, a hang, no sentinel) is booted again. Emulated guests crash
+    /// now and then in timer code under TCG; one retry keeps such a crash
+    /// from failing a whole run, and every earlier failure stays in
+    /// [`MatrixEntry::retried_after`] so nothing is hidden.
+    pub retries: u32,
 }
 
 impl Workload {
@@ -42,6 +48,7 @@ impl Workload {
             timeout: DEFAULT_TIMEOUT,
             memory_mib: DEFAULT_MEMORY_MIB,
             extra_qemu_args: Vec::new(),
+            retries: 1,
         }
     }
 
@@ -72,6 +79,8 @@ pub struct MatrixEntry {
     pub kernel: Option<Kernel>,
     /// The boot's outcome or why it failed.
     pub result: Result<VmOutcome>,
+    /// Failures of earlier boots of this configuration that were retried.
+    pub retried_after: Vec<Error>,
 }
 
 impl MatrixEntry {
@@ -82,11 +91,16 @@ impl MatrixEntry {
 
     /// The cell for the `result` column.
     fn verdict(&self) -> String {
-        match &self.result {
+        let verdict = match &self.result {
             Ok(o) if o.exit_code == 0 => "ok".to_owned(),
             Ok(o) => format!("FAIL: exit {}", o.exit_code),
             Err(e) => format!("FAIL: {}", e.label()),
+        };
+        if self.retried_after.is_empty() {
+            return verdict;
         }
+        let earlier: Vec<&str> = self.retried_after.iter().map(Error::label).collect();
+        format!("{verdict} (retried after {})", earlier.join(", "))
     }
 }
 
@@ -116,17 +130,23 @@ pub fn run_matrix_with(
         let kernel = resolve_kernel(s, cache);
         for &lsm in modes {
             let entry = match &kernel {
-                Ok(k) => MatrixEntry {
-                    series: s,
-                    lsm,
-                    kernel: Some(k.clone()),
-                    result: vm::run(&workload.spec(k.clone(), lsm)),
-                },
+                Ok(k) => {
+                    let (result, retried_after) =
+                        run_with_retries(&workload.spec(k.clone(), lsm), workload.retries);
+                    MatrixEntry {
+                        series: s,
+                        lsm,
+                        kernel: Some(k.clone()),
+                        result,
+                        retried_after,
+                    }
+                }
                 Err(e) => MatrixEntry {
                     series: s,
                     lsm,
                     kernel: None,
                     result: Err(e.clone()),
+                    retried_after: Vec::new(),
                 },
             };
             progress(&entry);
@@ -134,6 +154,27 @@ pub fn run_matrix_with(
         }
     }
     entries
+}
+
+/// Boots `spec`, booting again up to `retries` times while the guest itself
+/// failed. A command that ran and exited non-zero is never retried.
+fn run_with_retries(spec: &VmSpec, retries: u32) -> (Result<VmOutcome>, Vec<Error>) {
+    let mut earlier = Vec::new();
+    loop {
+        let result = vm::run(spec);
+        match result {
+            Err(e) if e.is_guest_failure() && earlier.len() < retries as usize => {
+                tracing::warn!(
+                    kernel = %spec.kernel.version,
+                    lsm = %spec.lsm,
+                    error = %e,
+                    "guest failed; booting this configuration again"
+                );
+                earlier.push(e);
+            }
+            result => return (result, earlier),
+        }
+    }
 }
 
 /// Renders the matrix as a plain-text table:
@@ -281,12 +322,14 @@ mod tests {
                     "lockdown,capability,landlock,yama,apparmor,bpf",
                     3.27,
                 )),
+                retried_after: Vec::new(),
             },
             MatrixEntry {
                 series: KernelSeries::V6_1,
                 lsm: LsmMode::NoBpf,
                 kernel: Some(kernel(KernelSeries::V6_1, "6.1.0-50-cloud-amd64")),
                 result: Ok(outcome(3, "lockdown,capability,landlock,yama", 2.96)),
+                retried_after: Vec::new(),
             },
             MatrixEntry {
                 series: KernelSeries::V7,
@@ -298,8 +341,26 @@ mod tests {
                     status: "exit 100".into(),
                     apt_tail: "E: Failed to fetch".into(),
                 }),
+                retried_after: Vec::new(),
             },
         ]
+    }
+
+    #[test]
+    fn a_retried_configuration_says_what_it_was_retried_after() {
+        let mut entry = entries().remove(0);
+        let panic = Error::KernelPanic {
+            panic_line: "Kernel panic - not syncing: Fatal exception in interrupt".into(),
+            console_tail: String::new(),
+        };
+        assert!(panic.is_guest_failure());
+        entry.retried_after.push(panic);
+        assert!(entry.passed());
+        assert_eq!(entry.verdict(), "ok (retried after kernel panic)");
+        assert!(
+            !Error::NoCacheDir.is_guest_failure(),
+            "harness errors are not retried"
+        );
     }
 
     #[test]

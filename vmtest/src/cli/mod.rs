@@ -97,6 +97,11 @@ pub struct WorkloadArgs {
     #[arg(long = "qemu-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub qemu_args: Vec<String>,
 
+    /// How many times `matrix` boots a configuration again when the guest
+    /// itself failed (panic, hang, no sentinel); every retry is reported.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub retries: u32,
+
     /// The command to run in the guest, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -113,6 +118,7 @@ impl WorkloadArgs {
             timeout: Duration::from_secs(self.timeout),
             memory_mib: self.memory,
             extra_qemu_args: self.qemu_args.clone(),
+            retries: self.retries,
         }
     }
 }
