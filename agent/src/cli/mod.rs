@@ -1,5 +1,6 @@
 //! Command-line interface: global flags and one module per subcommand.
 
+mod crd;
 mod probe;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -41,6 +42,8 @@ pub enum LogFormat {
 pub enum Command {
     /// Probe what this kernel can do and print which backend serves each behavior.
     Probe(probe::ProbeArgs),
+    /// Print the CustomResourceDefinitions generated from the API types.
+    Crd(crd::CrdArgs),
 }
 
 /// Installs the global `tracing` subscriber; logs go to stderr so that
@@ -61,5 +64,6 @@ pub fn init_logging(args: &LogArgs) {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Probe(args) => probe::run(args),
+        Command::Crd(args) => crd::run(args),
     }
 }

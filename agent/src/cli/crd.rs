@@ -1,0 +1,44 @@
+//! `kyverno-runtime crd`: the CRD manifests generated from the API types.
+
+use anyhow::Context as _;
+use clap::Args;
+use kyverno_runtime_api::crd;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Flags of `kyverno-runtime crd`.
+#[derive(Debug, Args)]
+pub struct CrdArgs {
+    /// Print every CRD the chart installs (RuntimePolicy and the OpenReports
+    /// Report and ClusterReport), not only RuntimePolicy.
+    #[arg(long)]
+    pub all: bool,
+    /// Write every CRD into this directory (the chart's is
+    /// charts/kyverno-runtime/crds) instead of printing.
+    #[arg(long, value_name = "DIR")]
+    pub write: Option<PathBuf>,
+}
+
+/// Prints or writes the CRDs.
+pub fn run(args: CrdArgs) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = &args.write {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for file in crd::all() {
+            let path = dir.join(file.file_name);
+            std::fs::write(&path, crd::to_yaml(&file.crd)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.all {
+        let docs: Vec<String> = crd::all()
+            .iter()
+            .map(|f| crd::to_yaml(&f.crd))
+            .collect::<Result<_, _>>()?;
+        print!("{}", docs.join("---\n"));
+    } else {
+        print!("{}", crd::to_yaml(&crd::runtime_policy())?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
