@@ -39,8 +39,12 @@ pub const MONITOR_FILTER_MIN: usize = 1;
 pub const MONITOR_FILTER_MAX: usize = 64;
 /// Longest CEL expression accepted (compiled by the daemon, not here).
 pub const MAX_EXPRESSION_LEN: usize = 10_240;
-/// Longest hostname (RFC 1035 presentation form).
-pub const MAX_HOSTNAME_LEN: usize = 253;
+/// Longest hostname a policy may name: the kernel programs hold a name in
+/// a 128-byte key in wire form (length-prefixed labels and a final zero
+/// byte, so 2 bytes more than the dotted name), the same width the DNS
+/// observer reads questions into. A longer name could never match, so it is
+/// refused rather than silently inert. (RFC 1035 allows 253.)
+pub const MAX_HOSTNAME_LEN: usize = 126;
 /// Longest exec or open path: the kernel programs key paths in a fixed
 /// 256-byte buffer (the path plus its NUL), so a longer one could never
 /// match and is refused rather than silently inert.
@@ -274,7 +278,7 @@ behavior_kind! {
     /// resolve to addresses the kernel can hold).
     value NetworkValue {
         max_length: MAX_HOSTNAME_LEN,
-        rule: "self.contains('/') ? isCIDR(self) : self.contains(':') || self.matches('^[0-9.]+$') ? isIP(self) : self.matches('^[a-zA-Z0-9]([-.a-zA-Z0-9]*[a-zA-Z0-9])?[.]?$') && !self.contains('..')",
+        rule: "self.contains('/') ? isCIDR(self) : self.contains(':') || self.matches('^[0-9.]+$') ? isIP(self) : self.matches('^[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?)*[.]?$')",
         what: "an IPv4 or IPv6 address, a CIDR, a Service name or a domain name (network values take no wildcards)",
     }
 }
@@ -289,8 +293,8 @@ behavior_kind! {
     /// value can actually match.
     value PathValue {
         max_length: MAX_PATH_LEN,
-        rule: "self.startsWith('/') && (self == '/' || !self.endsWith('/')) && !self.contains('//') && !self.contains('/./') && !self.contains('/../') && !self.endsWith('/.') && !self.endsWith('/..') && !self.contains('*') && !self.contains('\\u0000')",
-        what: "an absolute normalized path (starting with /, without //, /./, /../, a trailing / or *)",
+        rule: "self.startsWith('/') && (self == '/' || !self.endsWith('/')) && !self.contains('//') && !self.contains('/./') && !self.contains('/../') && !self.endsWith('/.') && !self.endsWith('/..') && !self.contains('*') && !self.contains('\\u0000') && bytes(self).size() <= 255",
+        what: "an absolute normalized path of at most 255 bytes (starting with /, without //, /./, /../, a trailing / or *)",
     }
 }
 
@@ -317,7 +321,7 @@ behavior_kind! {
     /// subdomains (never the apex).
     value DnsValue {
         max_length: MAX_HOSTNAME_LEN,
-        rule: "!self.contains(':') && !self.matches('^[0-9.]+$') && self.matches('^([*][.])?[a-zA-Z0-9_]([-.a-zA-Z0-9_]*[a-zA-Z0-9_])?[.]?$') && !self.contains('..')",
+        rule: "!self.contains(':') && !self.matches('^[0-9.]+$') && self.matches('^([*][.])?[a-zA-Z0-9_]([-a-zA-Z0-9_]{0,61}[a-zA-Z0-9_])?([.][a-zA-Z0-9_]([-a-zA-Z0-9_]{0,61}[a-zA-Z0-9_])?)*[.]?$')",
         what: "a hostname or a left wildcard such as *.example.com (a wildcard may only be the whole leftmost label; an address is not a name)",
     }
 }
