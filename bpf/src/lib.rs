@@ -16,7 +16,10 @@
 //! [`BPF_OBJECTS_BUILT`] is then `false` and every probe fails with
 //! "built without BPF objects: install clang and rebuild".
 
+pub mod dns;
+pub mod egress;
 pub mod probe;
+pub mod protocol;
 #[cfg(not(krt_bpf_stub))]
 mod skel;
 

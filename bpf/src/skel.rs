@@ -48,3 +48,43 @@ pub(crate) mod probe {
             include_bytes!(concat!(env!("OUT_DIR"), "/probe/maps.bpf.o"));
     }
 }
+
+/// Skeletons of `bpf/egress/*.bpf.c`.
+pub(crate) mod egress {
+    /// `bpf/egress/egress_filter.bpf.c`.
+    pub(crate) mod egress_filter {
+        include!(concat!(env!("OUT_DIR"), "/egress/egress_filter.skel.rs"));
+
+        /// The raw object: the handle loads it through the generic object
+        /// API, whose `Object` owns its maps and programs (no borrowed
+        /// storage) and is `Send + Sync`, unlike the generated skeleton.
+        pub(crate) const OBJECT: &[u8] =
+            include_bytes!(concat!(env!("OUT_DIR"), "/egress/egress_filter.bpf.o"));
+    }
+}
+
+/// Skeletons of `bpf/dns/*.bpf.c`.
+pub(crate) mod dns {
+    /// `bpf/dns/query.bpf.c`.
+    pub(crate) mod query {
+        include!(concat!(env!("OUT_DIR"), "/dns/query.skel.rs"));
+
+        /// The raw object, loaded through the generic object API so that
+        /// the observer owns its `Object` (no borrowed skeleton storage).
+        pub(crate) const OBJECT: &[u8] =
+            include_bytes!(concat!(env!("OUT_DIR"), "/dns/query.bpf.o"));
+    }
+}
+
+/// Skeletons of `bpf/protocol/*.bpf.c`.
+pub(crate) mod protocol {
+    /// `bpf/protocol/classifier.bpf.c`.
+    pub(crate) mod classifier {
+        include!(concat!(env!("OUT_DIR"), "/protocol/classifier.skel.rs"));
+
+        /// The raw object, loaded through the generic object API so that
+        /// the classifier owns its `Object` (no borrowed skeleton storage).
+        pub(crate) const OBJECT: &[u8] =
+            include_bytes!(concat!(env!("OUT_DIR"), "/protocol/classifier.bpf.o"));
+    }
+}

@@ -1,0 +1,322 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * The network egress filter: one cgroup_skb/egress program serving every
+ * selected pod on the node.
+ *
+ * Unlike the Go original (one object per pod), ONE loaded object is
+ * attached to many container cgroups. `cgroup_filters` maps the cgroup of
+ * the packet's socket to the filter set that applies to it; the set's
+ * prefixes live in four LPM tries shared by all sets (allow/deny x
+ * IPv4/IPv6), each key carrying its set id. A cgroup absent from
+ * cgroup_filters passes after that one lookup.
+ *
+ * Verdict, for a packet of a selected cgroup (1 = pass, 0 = drop):
+ *
+ *   1. a deny entry of the set matches the destination  -> drop
+ *   2. else an allow entry matches                      -> pass
+ *   3. else the set is default deny                     -> drop
+ *   4. else                                             -> pass
+ *
+ * An explicit deny beats an allow entry whatever their prefix lengths (a
+ * /0 deny beats a /32 allow): the specification's multi-policy semantics
+ * make a set the union of every matching policy's entries, so a deny that
+ * some policy asserts must hold even when another policy allows a
+ * narrower range. Longest-prefix matching happens within each trie only.
+ *
+ * Input the program cannot parse (skb->protocol says IPv4/IPv6 but the
+ * header is truncated or malformed) passes unless the set is default deny:
+ * every path through a program that cannot parse its input lets the
+ * packet through unless the policy is a default deny that says otherwise.
+ * Either way it is counted in `stats`.
+ *
+ * Kernel portability: CO-RE, no kernel-version #ifdefs, no bpf_loop or
+ * kfuncs, and only helpers that cgroup_skb programs may call on 5.10
+ * (bpf_skb_cgroup_id, bpf_skb_load_bytes, map helpers).
+ */
+#include "common.h"
+#include <bpf/bpf_endian.h>
+#include "egress.h"
+
+/* Not in vmlinux.h (they are macros in the kernel). */
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define EEXIST 17
+
+/* cgroup_skb return values. */
+#define SKB_PASS 1
+#define SKB_DROP 0
+
+/*
+ * cgroup id (bpf_skb_cgroup_id) -> the set and flags that apply. Written
+ * by userspace only, so it need not be preallocated.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_CGROUPS);
+	__type(key, __u64);
+	__type(value, struct krt_egress_filter);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} cgroup_filters SEC(".maps");
+
+/*
+ * The four tries. The value is unused (a trie needs one): any entry
+ * present means "matches". The kernel refuses LPM tries without
+ * BPF_F_NO_PREALLOC.
+ */
+#define KRT_EGRESS_TRIE(name, key_type)                                        \
+	struct {                                                               \
+		__uint(type, BPF_MAP_TYPE_LPM_TRIE);                           \
+		__uint(max_entries, KRT_EGRESS_MAX_PREFIXES);                  \
+		__type(key, key_type);                                         \
+		__type(value, __u8);                                           \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                          \
+	} name SEC(".maps")
+
+KRT_EGRESS_TRIE(allow_v4, struct krt_egress_v4_key);
+KRT_EGRESS_TRIE(deny_v4, struct krt_egress_v4_key);
+KRT_EGRESS_TRIE(allow_v6, struct krt_egress_v6_key);
+KRT_EGRESS_TRIE(deny_v6, struct krt_egress_v6_key);
+
+/*
+ * Per-destination counters for sets with KRT_EGRESS_FLAG_OBSERVE, drained
+ * (read and reset) by userspace. Bounded: when full, the least recently
+ * used key is evicted and its count lost; `observe_inserted` in stats lets
+ * userspace tell how much.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_OBSERVATIONS);
+	__type(key, struct krt_egress_obs_key);
+	__type(value, __u64);
+} observations SEC(".maps");
+
+/* Outcome counters, one struct per CPU (no atomics needed). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct krt_egress_stats);
+} stats SEC(".maps");
+
+/*
+ * Never used: they put the enums into the object's BTF, so the skeleton
+ * generates their Rust constants (no map or global refers to them).
+ */
+enum krt_egress_flag krt_egress_flag_btf_anchor = 0;
+enum krt_egress_decision krt_egress_decision_btf_anchor = 0;
+enum krt_egress_family krt_egress_family_btf_anchor = 0;
+
+static __always_inline void count(__u64 *counter)
+{
+	/* Per-CPU value and the program cannot migrate: a plain add. */
+	*counter += 1;
+}
+
+/* Adds one to the (set, family, destination, decision) counter. */
+static __always_inline void observe(struct krt_egress_stats *st, __u32 set_id,
+				    __u32 family, const __u8 *addr,
+				    __u32 addr_len, __u32 decision)
+{
+	struct krt_egress_obs_key key;
+	__u64 one = 1, *n;
+	long err;
+
+	__builtin_memset(&key, 0, sizeof(key));
+	key.set_id = set_id;
+	key.decision = decision;
+	key.family = family;
+	if (addr_len == 4)
+		__builtin_memcpy(key.addr, addr, 4);
+	else
+		__builtin_memcpy(key.addr, addr, 16);
+
+	n = bpf_map_lookup_elem(&observations, &key);
+	if (n) {
+		/* Other CPUs add to the same key: atomic (result unused, so
+		 * this is BPF_XADD, which every kernel has). */
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	err = bpf_map_update_elem(&observations, &key, &one, BPF_NOEXIST);
+	if (err == 0) {
+		count(&st->observe_inserted);
+		return;
+	}
+	if (err == -EEXIST) {
+		/* Another CPU inserted it between our lookup and update. */
+		n = bpf_map_lookup_elem(&observations, &key);
+		if (n) {
+			__sync_fetch_and_add(n, 1);
+			return;
+		}
+	}
+	count(&st->observe_failed);
+}
+
+/*
+ * Steps 1-4 of the verdict for a parsed destination, given the set's key
+ * for it (the same key is looked up in the deny and then the allow trie).
+ */
+static __always_inline int decide(struct krt_egress_stats *st, void *deny,
+				  void *allow, const void *key, __u32 set_id,
+				  __u32 flags, __u32 family, const __u8 *addr,
+				  __u32 addr_len)
+{
+	__u32 decision;
+	int verdict;
+
+	if (bpf_map_lookup_elem(deny, key)) {
+		decision = KRT_EGRESS_DENIED;
+		verdict = SKB_DROP;
+		count(&st->denied);
+	} else if (bpf_map_lookup_elem(allow, key)) {
+		decision = KRT_EGRESS_ALLOWED;
+		verdict = SKB_PASS;
+		count(&st->allowed);
+	} else if (flags & KRT_EGRESS_FLAG_DEFAULT_DENY) {
+		decision = KRT_EGRESS_DEFAULT_DENIED;
+		verdict = SKB_DROP;
+		count(&st->default_denied);
+	} else {
+		decision = KRT_EGRESS_UNMATCHED;
+		verdict = SKB_PASS;
+		count(&st->unmatched);
+	}
+
+	/* The only cost of observation when it is off: this test. */
+	if (flags & KRT_EGRESS_FLAG_OBSERVE)
+		observe(st, set_id, family, addr, addr_len, decision);
+	return verdict;
+}
+
+/* A header skb->protocol promised but the bytes do not hold. */
+static __always_inline int malformed(struct krt_egress_stats *st, __u32 flags)
+{
+	if (flags & KRT_EGRESS_FLAG_DEFAULT_DENY) {
+		count(&st->malformed_dropped);
+		return SKB_DROP;
+	}
+	count(&st->malformed_passed);
+	return SKB_PASS;
+}
+
+/*
+ * In a cgroup_skb program skb->data starts at the IP header. Headers are
+ * copied with bpf_skb_load_bytes, which also reads a non-linear skb and
+ * fails (instead of reading past the end) when the packet is shorter than
+ * asked: that is how a truncated header is detected.
+ */
+static __always_inline int filter_v4(struct __sk_buff *skb,
+				     struct krt_egress_stats *st,
+				     __u32 set_id, __u32 flags)
+{
+	struct krt_egress_v4_key key = {};
+	struct iphdr ip;
+	__u8 version_ihl;
+
+	if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)) < 0)
+		return malformed(st, flags);
+	/* The first byte, not the bitfields: their layout is endian-bound. */
+	version_ihl = *(__u8 *)&ip;
+	if ((version_ihl >> 4) != 4 || (version_ihl & 0xf) < 5)
+		return malformed(st, flags);
+
+	/*
+	 * The destination is judged, not the route: with a source-route
+	 * option (LSRR/SSRR) the header holds the first hop of the route
+	 * and later hops are in the options. Linux hosts refuse to forward
+	 * source-routed packets by default, and like any IP-layer filter this
+	 * one judges the address the packet is sent to.
+	 */
+	key.prefixlen = 32 + 32;
+	key.set_id = bpf_htonl(set_id);
+	__builtin_memcpy(key.addr, &ip.daddr, sizeof(key.addr));
+	return decide(st, &deny_v4, &allow_v4, &key, set_id, flags,
+		      KRT_EGRESS_IPV4, key.addr, sizeof(key.addr));
+}
+
+static __always_inline int filter_v6(struct __sk_buff *skb,
+				     struct krt_egress_stats *st,
+				     __u32 set_id, __u32 flags)
+{
+	struct krt_egress_v6_key key = {};
+	struct ipv6hdr ip6;
+
+	if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)) < 0)
+		return malformed(st, flags);
+	if ((*(__u8 *)&ip6 >> 4) != 6)
+		return malformed(st, flags);
+
+	/*
+	 * Extension headers (hop-by-hop, destination options, fragment, ...)
+	 * follow the fixed header and do not move the destination address,
+	 * which is always at the same offset of the fixed header: no chain
+	 * walk is needed. The one header that matters is a routing header:
+	 * then the fixed header's destination is the next segment and the
+	 * final one is in the routing header. As for IPv4 source routes, the
+	 * address the packet is sent to is judged (Linux drops type 0
+	 * routing headers and processes SRv6 only where enabled).
+	 *
+	 * An IPv6 socket talking to an IPv4-mapped address (::ffff:a.b.c.d)
+	 * sends IPv4 packets, which reach filter_v4: IPv4 destinations
+	 * belong in the IPv4 tries only.
+	 */
+	key.prefixlen = 32 + 128;
+	key.set_id = bpf_htonl(set_id);
+	__builtin_memcpy(key.addr, &ip6.daddr, sizeof(key.addr));
+	return decide(st, &deny_v6, &allow_v6, &key, set_id, flags,
+		      KRT_EGRESS_IPV6, key.addr, sizeof(key.addr));
+}
+
+SEC("cgroup_skb/egress")
+int krt_egress(struct __sk_buff *skb)
+{
+	struct krt_egress_filter *filter;
+	struct krt_egress_stats *st;
+	__u32 set_id, flags, zero = 0;
+	__u64 cgroup_id;
+
+	/*
+	 * The cgroup of the packet's socket. The kernel runs inet egress
+	 * programs only for packets of full sockets (request sockets map to
+	 * their listener), so this is never 0 on real egress; in
+	 * BPF_PROG_TEST_RUN the kernel supplies a socket carrying the test
+	 * process's cgroup. A 0 would miss the lookup below (userspace never
+	 * registers 0) and pass, like any unselected cgroup.
+	 *
+	 * There is deliberately no fallback to bpf_get_current_cgroup_id():
+	 * 5.10 refuses that helper in cgroup_skb programs (one call would make
+	 * the object unloadable there), and egress also runs in softirq
+	 * context (TCP retransmits, ACKs), where "current" is whatever task
+	 * was interrupted.
+	 */
+	cgroup_id = bpf_skb_cgroup_id(skb);
+	filter = bpf_map_lookup_elem(&cgroup_filters, &cgroup_id);
+	if (!filter)
+		return SKB_PASS;
+	/* Read once: userspace may rewrite the entry concurrently. */
+	set_id = filter->set_id;
+	flags = filter->flags;
+
+	st = bpf_map_lookup_elem(&stats, &zero);
+	if (!st)
+		return SKB_PASS; /* cannot happen: a one-element array */
+
+	/*
+	 * The family comes from skb->protocol, never from payload bytes, so
+	 * an IPv4 packet cannot be parsed as IPv6 or the other way round.
+	 */
+	if (skb->protocol == bpf_htons(ETH_P_IP))
+		return filter_v4(skb, st, set_id, flags);
+	if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		return filter_v6(skb, st, set_id, flags);
+
+	/*
+	 * Not IP. The inet egress hook runs from ip_finish_output and
+	 * ip6_finish_output, so real traffic never gets here (a test run
+	 * can); a network policy speaks about IP destinations only, so this
+	 * passes even under default deny.
+	 */
+	count(&st->other_protocol);
+	return SKB_PASS;
+}

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Layouts shared by the egress filter (bpf/egress/egress_filter.bpf.c) and
+ * its Rust handle (bpf/src/egress/).
+ *
+ * Rust never re-declares these: it reads them from the generated
+ * skeleton's `types` module (field offsets via `core::mem::offset_of!`,
+ * enum values via the generated constants), so changing a layout or a
+ * value here changes the Rust side at the next build. Every struct is
+ * padding-free, because hash and LPM keys are compared byte for byte and
+ * a padding byte left uninitialised would make two equal keys differ.
+ */
+#ifndef KRT_EGRESS_H
+#define KRT_EGRESS_H
+
+#include "vmlinux.h"
+
+/*
+ * Map sizes. The LPM tries and cgroup_filters are BPF_F_NO_PREALLOC, so
+ * these are ceilings, not allocations: an empty trie costs nothing, and
+ * each entry costs one small kernel allocation when userspace inserts it.
+ *
+ * One trie holds the prefixes of every filter set on the node, so its
+ * ceiling is a node-wide budget: 2^18 leaves room for the 100,000-entry
+ * benchmark set next to every other pod's sets.
+ */
+#define KRT_EGRESS_MAX_PREFIXES (1 << 18)
+/* Container cgroups on one node (pods x containers, with a wide margin). */
+#define KRT_EGRESS_MAX_CGROUPS (1 << 14)
+/*
+ * Distinct (set, family, destination, decision) tuples counted between two
+ * drains. The LRU map is preallocated (the kernel requires it for LRU), so
+ * this one is real memory: about 2 MiB.
+ */
+#define KRT_EGRESS_MAX_OBSERVATIONS (1 << 14)
+
+/* Bits of krt_egress_filter.flags. */
+enum krt_egress_flag {
+	/* Drop what no entry of the set allows (and what cannot be parsed). */
+	KRT_EGRESS_FLAG_DEFAULT_DENY = 1 << 0,
+	/*
+	 * Count every parsed packet in `observations`. Only counts: it never
+	 * changes a verdict. Without it, the program does no per-destination
+	 * work at all.
+	 */
+	KRT_EGRESS_FLAG_OBSERVE = 1 << 1,
+};
+
+/* Value of cgroup_filters, keyed by cgroup id (__u64). */
+struct krt_egress_filter {
+	/* The filter set (of the four tries) that applies to the cgroup. */
+	__u32 set_id;
+	/* enum krt_egress_flag bits; unknown bits are ignored. */
+	__u32 flags;
+};
+
+/*
+ * LPM trie keys. `prefixlen` counts the 32 bits of `set_id` plus the
+ * address prefix, so every entry and every lookup pins the whole set id:
+ * one trie holds every set and a lookup never matches another set's entry.
+ * The kernel compares the bytes after `prefixlen` as one big-endian bit
+ * string, so `set_id` is stored big-endian too (for an exact 32-bit match
+ * any order would do; this one keeps dumps readable). `addr` is in network
+ * byte order, as on the wire.
+ */
+struct krt_egress_v4_key {
+	__u32 prefixlen; /* 32 + 0..32 */
+	__be32 set_id;
+	__u8 addr[4];
+};
+
+struct krt_egress_v6_key {
+	__u32 prefixlen; /* 32 + 0..128 */
+	__be32 set_id;
+	__u8 addr[16];
+};
+
+/* What the program decided for one parsed packet. 0 is never used. */
+enum krt_egress_decision {
+	/* A deny entry of the set matched: dropped (beats any allow entry). */
+	KRT_EGRESS_DENIED = 1,
+	/* An allow entry matched and no deny entry did: passed. */
+	KRT_EGRESS_ALLOWED = 2,
+	/* No entry matched and the set is default deny: dropped. */
+	KRT_EGRESS_DEFAULT_DENIED = 3,
+	/* No entry matched and the set is not default deny: passed. */
+	KRT_EGRESS_UNMATCHED = 4,
+};
+
+/* IP family of an observation: the IP version number. */
+enum krt_egress_family {
+	KRT_EGRESS_IPV4 = 4,
+	KRT_EGRESS_IPV6 = 6,
+};
+
+/* Key of `observations`; the value is a __u64 packet count. */
+struct krt_egress_obs_key {
+	__u32 set_id; /* host byte order */
+	__u32 decision; /* enum krt_egress_decision */
+	__u32 family; /* enum krt_egress_family */
+	/* Destination in network byte order; an IPv4 one in the first 4
+	 * bytes, the rest zero. */
+	__u8 addr[16];
+};
+
+/*
+ * The single element of the per-CPU `stats` array: packets of selected
+ * cgroups by outcome. Every packet of a cgroup in cgroup_filters adds one
+ * to exactly one of the first seven counters (packets of other cgroups are
+ * not counted: they cost one lookup and nothing else).
+ */
+struct krt_egress_stats {
+	/* Dropped: a deny entry matched. */
+	__u64 denied;
+	/* Passed: an allow entry matched. */
+	__u64 allowed;
+	/* Dropped: nothing matched under default deny. */
+	__u64 default_denied;
+	/* Passed: nothing matched, no default deny. */
+	__u64 unmatched;
+	/* skb->protocol said IPv4 or IPv6 but the header was truncated or
+	 * malformed; passed (no default deny) ... */
+	__u64 malformed_passed;
+	/* ... or dropped (default deny). */
+	__u64 malformed_dropped;
+	/* Neither IPv4 nor IPv6 (skb->protocol): passed, whatever the flags. */
+	__u64 other_protocol;
+	/* Observations that started a new key in `observations` (minus what
+	 * the last drains returned, this bounds what LRU eviction lost). */
+	__u64 observe_inserted;
+	/* Observations that could not be counted (map update failed). */
+	__u64 observe_failed;
+};
+
+#endif /* KRT_EGRESS_H */

@@ -1,0 +1,432 @@
+//! The network egress filter: one `cgroup_skb/egress` program
+//! (`bpf/egress/egress_filter.bpf.c`) serving every selected pod on the
+//! node, and its typed handle, [`EgressFilter`].
+//!
+//! # Model
+//!
+//! A *filter set* (a `u32` the caller chooses, e.g. one per pod) is a pair
+//! of allow and deny lists of IPv4 and IPv6 [`Prefix`]es of any length,
+//! plus [`FilterFlags`]. Cgroups (container cgroup ids) are mapped to one
+//! set each with [`EgressFilter::set_filter`]; the program, attached to
+//! those cgroups, looks up the packet's cgroup, then the destination in
+//! that set. The kernel side is one object whatever the number of pods:
+//!
+//! | map | type | key | value |
+//! | --- | --- | --- | --- |
+//! | `cgroup_filters` | hash, 2^14 | `u64` cgroup id | `struct krt_egress_filter { u32 set_id; u32 flags; }` |
+//! | `allow_v4`, `deny_v4` | LPM trie, 2^18 | `struct krt_egress_v4_key { u32 prefixlen; be32 set_id; u8 addr[4]; }` | `u8` (unused) |
+//! | `allow_v6`, `deny_v6` | LPM trie, 2^18 | `struct krt_egress_v6_key { u32 prefixlen; be32 set_id; u8 addr[16]; }` | `u8` (unused) |
+//! | `observations` | LRU hash, 2^14 | `struct krt_egress_obs_key { u32 set_id, decision, family; u8 addr[16]; }` | `u64` packets |
+//! | `stats` | per-CPU array, 1 | `u32` 0 | `struct krt_egress_stats` (outcome counters) |
+//!
+//! An LPM key's `prefixlen` counts the 32 set-id bits plus the address
+//! prefix, so a lookup can never match another set's entry.
+//!
+//! # Verdict
+//!
+//! For a packet of a cgroup in `cgroup_filters` (others pass after that
+//! one lookup), in this order:
+//!
+//! 1. a deny entry of the set matches the destination: **drop**
+//!    ([`Decision::Denied`]);
+//! 2. an allow entry matches: pass ([`Decision::Allowed`]);
+//! 3. the set is default deny: **drop** ([`Decision::DefaultDenied`]);
+//! 4. otherwise pass ([`Decision::Unmatched`]).
+//!
+//! An explicit deny beats an allow whatever the prefix lengths (a `/0`
+//! deny beats a `/32` allow), as the specification's union semantics
+//! require: a set is the union of every matching policy's entries, and a
+//! deny one policy asserts holds even where another allows. A header that
+//! `skb->protocol` announces but that is truncated or malformed passes
+//! unless the set is default deny; a packet that is neither IPv4 nor IPv6
+//! passes. Both are counted in [`Stats`].
+//!
+//! [`FilterFlags::observe`] adds per-(set, destination, decision) counting,
+//! drained with [`EgressFilter::drain_observations`]; with it off, the
+//! program does no per-destination work.
+//!
+//! # Building without clang
+//!
+//! In a stub build (see the crate docs) [`EgressFilter::load`] fails with
+//! [`EgressError::NotBuilt`]; the pure parts ([`Prefix`], the types) work.
+
+use std::net::IpAddr;
+
+mod prefix;
+
+#[cfg(not(krt_bpf_stub))]
+mod kernel;
+#[cfg(not(krt_bpf_stub))]
+mod key;
+#[cfg(not(krt_bpf_stub))]
+mod log;
+#[cfg(krt_bpf_stub)]
+mod stub;
+
+#[cfg(not(krt_bpf_stub))]
+use kernel as imp;
+#[cfg(krt_bpf_stub)]
+use stub as imp;
+
+pub use prefix::Prefix;
+
+/// Result of the egress filter's operations.
+pub type Result<T, E = EgressError> = std::result::Result<T, E>;
+
+/// Which list of a set an entry belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Destinations the set lets through (under default deny, the only
+    /// ones).
+    Allow,
+    /// Destinations the set drops, whatever the allow list says.
+    Deny,
+}
+
+/// How a set treats what its lists do not decide.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FilterFlags {
+    /// Drop destinations no allow entry matches, and packets whose IP
+    /// header cannot be parsed.
+    pub default_deny: bool,
+    /// Count every parsed packet per destination and decision (see
+    /// [`EgressFilter::drain_observations`]). Never changes a verdict.
+    pub observe: bool,
+}
+
+/// What the program decided for one parsed packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Decision {
+    /// A deny entry matched: dropped.
+    Denied,
+    /// An allow entry matched and no deny entry did: passed.
+    Allowed,
+    /// Nothing matched and the set is default deny: dropped.
+    DefaultDenied,
+    /// Nothing matched and the set is not default deny: passed.
+    Unmatched,
+}
+
+impl Decision {
+    /// Whether the packet was dropped.
+    pub const fn dropped(self) -> bool {
+        matches!(self, Self::Denied | Self::DefaultDenied)
+    }
+}
+
+/// Packets of selected cgroups by outcome, summed over CPUs since load.
+///
+/// Each packet of a cgroup in `cgroup_filters` adds one to exactly one of
+/// the first seven fields ([`Self::packets`]); packets of other cgroups are
+/// not counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Dropped by a deny entry.
+    pub denied: u64,
+    /// Passed by an allow entry.
+    pub allowed: u64,
+    /// Dropped: nothing matched under default deny.
+    pub default_denied: u64,
+    /// Passed: nothing matched, no default deny.
+    pub unmatched: u64,
+    /// IPv4/IPv6 (by `skb->protocol`) with a truncated or malformed
+    /// header, passed (no default deny).
+    pub malformed_passed: u64,
+    /// The same, dropped (default deny).
+    pub malformed_dropped: u64,
+    /// Neither IPv4 nor IPv6: passed whatever the flags.
+    pub other_protocol: u64,
+    /// Observations that created a key in the observation map. Over an
+    /// interval, this minus the keys the drains returned is what the
+    /// bounded map evicted (approximately: a drain races new packets).
+    pub observe_inserted: u64,
+    /// Observations the program could not count (map update failed).
+    pub observe_failed: u64,
+}
+
+impl Stats {
+    /// Every counted packet (the seven outcome counters).
+    pub const fn packets(&self) -> u64 {
+        self.passed() + self.dropped()
+    }
+
+    /// Packets passed.
+    pub const fn passed(&self) -> u64 {
+        self.allowed + self.unmatched + self.malformed_passed + self.other_protocol
+    }
+
+    /// Packets dropped.
+    pub const fn dropped(&self) -> u64 {
+        self.denied + self.default_denied + self.malformed_dropped
+    }
+}
+
+/// Packets of one set to one destination with one decision, since the
+/// previous drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Observation {
+    /// The filter set that decided.
+    pub set_id: u32,
+    /// The packets' destination.
+    pub destination: IpAddr,
+    /// What the program decided for them.
+    pub decision: Decision,
+    /// How many packets.
+    pub count: u64,
+}
+
+/// Why an egress filter operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EgressError {
+    /// The crate was built without BPF objects (no clang, or
+    /// `KRT_BPF_STUB=1`).
+    #[error("built without BPF objects: install clang and rebuild")]
+    NotBuilt,
+    /// libbpf could not parse the embedded object (a broken build).
+    #[error("opening the egress filter object failed: {message}")]
+    Open {
+        /// libbpf's error.
+        message: String,
+    },
+    /// The kernel refused the object: a map, the BTF or the program (the
+    /// verifier).
+    #[error("loading the egress filter failed: {message}")]
+    Load {
+        /// The errno of the failing call, when there is one.
+        errno: Option<i32>,
+        /// libbpf's error, with the errno's text.
+        message: String,
+        /// libbpf's log during the load (the verifier log of a refused
+        /// program included), its last ~4 KiB; `None` when it was empty.
+        verifier_log: Option<String>,
+    },
+    /// A map operation failed.
+    #[error("{op} on map {map} failed: {message}")]
+    Map {
+        /// The map (`cgroup_filters`, `allow_v4`, ...).
+        map: &'static str,
+        /// The operation (`update`, `delete`, `lookup`, ...).
+        op: &'static str,
+        /// The errno, when there is one.
+        errno: Option<i32>,
+        /// libbpf's error.
+        message: String,
+    },
+    /// A map is at its ceiling; nothing was inserted.
+    #[error("map {map} is full ({max_entries} entries)")]
+    MapFull {
+        /// The map.
+        map: &'static str,
+        /// Its ceiling.
+        max_entries: u32,
+    },
+    /// `BPF_PROG_TEST_RUN` failed (e.g. EINVAL for a frame shorter than
+    /// an Ethernet header).
+    #[error("test run failed: {message}")]
+    TestRun {
+        /// The errno, when there is one.
+        errno: Option<i32>,
+        /// libbpf's error.
+        message: String,
+    },
+    /// A prefix length beyond the address family's width.
+    #[error(
+        "{addr}/{len} is not a prefix: {} prefixes are at most /{max}",
+        if .addr.is_ipv4() { "IPv4" } else { "IPv6" }
+    )]
+    InvalidPrefix {
+        /// The address given.
+        addr: IpAddr,
+        /// The length given.
+        len: u8,
+        /// The family's width (32 or 128).
+        max: u8,
+    },
+    /// Text that is not `addr` or `addr/len`.
+    #[error("{input:?} is not an IP prefix: {reason}")]
+    ParsePrefix {
+        /// The text given.
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Cgroup id 0 names no cgroup (the kernel's ids start at 1).
+    #[error("cgroup id 0 names no cgroup")]
+    InvalidCgroupId,
+    /// The kernel returned map data of an unexpected shape: the handle and
+    /// the object disagree (a build skew), nothing was changed.
+    #[error("map {map} returned {what}")]
+    Layout {
+        /// The map.
+        map: &'static str,
+        /// What was unexpected.
+        what: String,
+    },
+}
+
+impl EgressError {
+    /// A stable snake_case name of the variant, for metric labels.
+    pub const fn metric_label(&self) -> &'static str {
+        match self {
+            Self::NotBuilt => "not_built",
+            Self::Open { .. } => "open",
+            Self::Load { .. } => "load",
+            Self::Map { .. } => "map",
+            Self::MapFull { .. } => "map_full",
+            Self::TestRun { .. } => "test_run",
+            Self::InvalidPrefix { .. } => "invalid_prefix",
+            Self::ParsePrefix { .. } => "parse_prefix",
+            Self::InvalidCgroupId => "invalid_cgroup_id",
+            Self::Layout { .. } => "layout",
+        }
+    }
+}
+
+/// The loaded egress filter: its program and maps.
+///
+/// Nothing is attached: the program runs only where the caller attaches it
+/// (a later change) or through [`Self::test_run`]. Every method takes
+/// `&self` (map updates are atomic per entry in the kernel), and the handle
+/// is `Send + Sync`, so one filter can be shared by the tasks that program
+/// it. Dropping it unloads the program and frees every map not held
+/// elsewhere (by an attachment, a pin or another fd).
+#[derive(Debug)]
+pub struct EgressFilter {
+    inner: imp::Filter,
+}
+
+impl EgressFilter {
+    /// Loads the program and creates its (empty) maps.
+    ///
+    /// Fails with [`EgressError::Load`], carrying the verifier log, when
+    /// the kernel refuses it, and with [`EgressError::NotBuilt`] in a stub
+    /// build. Needs `CAP_BPF` (and `CAP_NET_ADMIN` for the program type),
+    /// in practice root.
+    pub fn load() -> Result<Self> {
+        imp::Filter::load().map(|inner| Self { inner })
+    }
+
+    /// Makes set `set_id` with `flags` apply to the packets of cgroup
+    /// `cgroup_id` (replacing its previous set and flags, atomically).
+    ///
+    /// `cgroup_id` is the kernel's id of a cgroup v2 directory: its inode
+    /// number. The set's entries may be inserted before or after.
+    pub fn set_filter(&self, cgroup_id: u64, set_id: u32, flags: FilterFlags) -> Result<()> {
+        self.inner.set_filter(cgroup_id, set_id, flags)
+    }
+
+    /// Stops filtering cgroup `cgroup_id`: its packets pass untouched
+    /// again. Returns whether it was filtered. Its set's entries stay (other
+    /// cgroups may use the set).
+    pub fn remove_cgroup(&self, cgroup_id: u64) -> Result<bool> {
+        self.inner.remove_cgroup(cgroup_id)
+    }
+
+    /// Adds `prefix` to the allow or deny list of set `set_id` (a no-op if
+    /// it is there already). Fails with [`EgressError::MapFull`] at the
+    /// node-wide ceiling of that list's trie.
+    pub fn insert(&self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<()> {
+        self.inner.insert(set_id, verdict, prefix)
+    }
+
+    /// Removes `prefix` from the allow or deny list of set `set_id`.
+    /// Returns whether it was there. Only that exact prefix goes: narrower
+    /// or wider entries stay.
+    pub fn remove(&self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<bool> {
+        self.inner.remove(set_id, verdict, prefix)
+    }
+
+    /// The outcome counters, summed over CPUs, since load.
+    pub fn read_stats(&self) -> Result<Stats> {
+        self.inner.read_stats()
+    }
+
+    /// Reads and resets the per-destination counters of observing sets.
+    ///
+    /// Each key present when the drain starts is removed with its count
+    /// (atomically per key; on kernels before 5.14, which lack that
+    /// operation for hash maps, packets counted between reading and
+    /// removing a key are lost). Keys created during the drain stay for
+    /// the next one. Entries with the same set, destination and decision
+    /// appear once; the order is unspecified. A key this code cannot decode
+    /// fails the drain before anything is removed; a kernel error midway
+    /// (not expected: a lookup or delete of a present key) fails it too,
+    /// and the counts it had already removed are lost.
+    pub fn drain_observations(&self) -> Result<Vec<Observation>> {
+        self.inner.drain_observations()
+    }
+
+    /// Runs the program once on `frame` with `BPF_PROG_TEST_RUN` and
+    /// returns its verdict: 1 pass, 0 drop.
+    ///
+    /// `frame` is an Ethernet frame: the kernel takes `skb->protocol` from
+    /// its EtherType and strips the 14-byte header, so the program sees
+    /// the IP header first, as on real egress. The packet's cgroup is that
+    /// of the calling process (the kernel gives the test skb a socket
+    /// created by this process), so a test registers its own cgroup id with
+    /// [`Self::set_filter`]. Counters and observations are updated as for a
+    /// real packet.
+    pub fn test_run(&self, frame: &[u8]) -> Result<u32> {
+        self.inner.test_run(frame)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_sum_outcomes() {
+        let s = Stats {
+            denied: 1,
+            allowed: 2,
+            default_denied: 4,
+            unmatched: 8,
+            malformed_passed: 16,
+            malformed_dropped: 32,
+            other_protocol: 64,
+            observe_inserted: 1000,
+            observe_failed: 1000,
+        };
+        assert_eq!(s.dropped(), 1 + 4 + 32);
+        assert_eq!(s.passed(), 2 + 8 + 16 + 64);
+        assert_eq!(s.packets(), 127);
+    }
+
+    #[test]
+    fn decisions_know_whether_they_drop() {
+        assert!(Decision::Denied.dropped());
+        assert!(Decision::DefaultDenied.dropped());
+        assert!(!Decision::Allowed.dropped());
+        assert!(!Decision::Unmatched.dropped());
+    }
+
+    #[test]
+    fn metric_labels_name_the_variant() {
+        assert_eq!(EgressError::NotBuilt.metric_label(), "not_built");
+        assert_eq!(
+            EgressError::InvalidCgroupId.metric_label(),
+            "invalid_cgroup_id"
+        );
+        let full = EgressError::MapFull {
+            map: "allow_v4",
+            max_entries: 4,
+        };
+        assert_eq!(full.metric_label(), "map_full");
+        assert_eq!(full.to_string(), "map allow_v4 is full (4 entries)");
+    }
+
+    #[test]
+    fn the_handle_can_be_shared_across_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<EgressFilter>();
+    }
+
+    #[cfg(krt_bpf_stub)]
+    #[test]
+    fn a_stub_build_says_how_to_fix_it() {
+        let err = EgressFilter::load().unwrap_err();
+        assert_eq!(err, EgressError::NotBuilt);
+        assert!(err.to_string().contains("install clang and rebuild"));
+    }
+}
