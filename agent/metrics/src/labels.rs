@@ -1,0 +1,165 @@
+//! Label sets. Closed reasons are enums, so only the documented values can
+//! ever appear; names supplied at run time (policy, source) are strings.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+
+/// Why observations were dropped (`events_dropped_total{reason}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum DropReason {
+    /// The collector's buffer was full; the newest event was dropped.
+    buffer_full,
+    /// No pod matched the event.
+    unattributed,
+    /// The kernel denied something no tracked enforce policy explains.
+    unattributed_kernel_deny,
+    /// A ring buffer reservation failed in the kernel.
+    ringbuf_full,
+    /// The DNS observer could not read a question name.
+    name_unreadable,
+    /// Userspace could not decode a kernel record.
+    undecodable,
+    /// The push sink's queue was full; the oldest finding was dropped.
+    queue_full,
+    /// The push sink could not send a finding.
+    send_failed,
+    /// A kernel-side rate limit suppressed per-occurrence records.
+    rate_limited,
+}
+
+/// Why an event source failed (`source_failures_total{reason}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum SourceFailureReason {
+    /// Its constructor failed; a daemon restart is needed.
+    InitializationFailed,
+    /// Its reader failed; the collector restarts it with backoff.
+    ReaderFailed,
+    /// It returned although its context had not ended.
+    UnexpectedExit,
+    /// Something it depends on (the open/exec manager) is unavailable.
+    DependencyUnavailable,
+}
+
+/// How a Report write ended (`report_writes_total{result}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ReportWriteResult {
+    /// Created or updated.
+    success,
+    /// Lost an optimistic-concurrency race and was retried.
+    conflict,
+    /// Failed.
+    error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct SourceKindLabels {
+    source: String,
+    kind: String,
+}
+
+impl SourceKindLabels {
+    pub(crate) fn new(source: &str, kind: &str) -> Self {
+        SourceKindLabels {
+            source: source.into(),
+            kind: kind.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DropLabels {
+    source: String,
+    reason: DropReason,
+}
+
+impl DropLabels {
+    pub(crate) fn new(source: &str, reason: DropReason) -> Self {
+        DropLabels {
+            source: source.into(),
+            reason,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PolicyBehaviorLabels {
+    policy: String,
+    behavior: String,
+}
+
+impl PolicyBehaviorLabels {
+    pub(crate) fn new(policy: &str, behavior: &str) -> Self {
+        PolicyBehaviorLabels {
+            policy: policy.into(),
+            behavior: behavior.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PolicyExpressionLabels {
+    policy: String,
+    expression: String,
+}
+
+impl PolicyExpressionLabels {
+    pub(crate) fn new(policy: &str, expression: &str) -> Self {
+        PolicyExpressionLabels {
+            policy: policy.into(),
+            expression: expression.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ResultLabels {
+    result: ReportWriteResult,
+}
+
+impl ResultLabels {
+    pub(crate) fn new(result: ReportWriteResult) -> Self {
+        ResultLabels { result }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct SourceLabels {
+    source: String,
+}
+
+impl SourceLabels {
+    pub(crate) fn new(source: &str) -> Self {
+        SourceLabels {
+            source: source.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct SourceReasonLabels {
+    source: String,
+    reason: SourceFailureReason,
+}
+
+impl SourceReasonLabels {
+    pub(crate) fn new(source: &str, reason: SourceFailureReason) -> Self {
+        SourceReasonLabels {
+            source: source.into(),
+            reason,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ProgramLabels {
+    program: String,
+}
+
+impl ProgramLabels {
+    pub(crate) fn new(program: &str) -> Self {
+        ProgramLabels {
+            program: program.into(),
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! RuntimePolicy compilation.
+//!
+//! [`values`] holds the one parser per behavior kind that turns a
+//! RuntimePolicy value string into a typed target, shared by the admission
+//! agreement tests, the code that programs the kernel and the monitor-mode
+//! matchers, so that what a value means is decided in exactly one place:
+//!
+//! | kind       | parser                      | target                     |
+//! |------------|-----------------------------|----------------------------|
+//! | `network`  | [`values::parse_network`]   | [`values::NetworkTarget`]  |
+//! | `dns`      | [`values::parse_dns`]       | [`values::DnsPattern`]     |
+//! | `protocol` | [`values::parse_protocol`]  | [`values::ProtocolTarget`] |
+//! | `exec`, `open` | [`values::parse_path`]  | [`values::PathTarget`]     |
+//!
+//! Every parser takes the value and its [`values::FieldPath`] and fails with
+//! a [`values::ValueError`] naming the path, the value and a typed
+//! [`values::Reason`]. `"*"` parses as the `Any` target of every kind; where
+//! it may stand is a property of the whole list, checked by
+//! [`values::check_star`] (or both at once by [`values::parse_values`]).
+
+pub mod cel;
+pub mod values;

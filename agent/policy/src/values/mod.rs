@@ -1,0 +1,172 @@
+//! The value parsers: one per behavior kind, each turning a value string of
+//! a RuntimePolicy (a literal from `values`, or an element of an
+//! `expression`'s result) into a typed target, or into a [`ValueError`]
+//! that names the field, the value and the [`Reason`].
+//!
+//! They agree with the admission rules the CRD carries for each value kind
+//! (`kyverno_runtime_api::runtimepolicy`): whatever the API server refuses,
+//! these refuse too (the agreement test replays every admission manifest),
+//! and they are stricter in the few places CEL cannot afford to be (label
+//! lengths and hyphens, path length in bytes rather than characters), so a
+//! value that only an expression produces gets the checks a literal does.
+//!
+//! `"*"` parses as the `Any` target of every kind, as the CRD's value rules
+//! accept it; where it may stand (alone, in deny) is a property of the
+//! whole list, checked by [`check_star`]. [`parse_values`] does both for a
+//! list and reports every failure, not only the first.
+
+mod dns;
+mod error;
+mod field_path;
+mod hostname;
+mod network;
+mod path;
+mod protocol;
+
+pub use dns::{parse_dns, DnsPattern};
+pub use error::{Reason, ValueError};
+pub use field_path::{BehaviorKind, FieldPath, RuleSide};
+pub use hostname::{validate_hostname, Underscore};
+pub use network::{parse_network, parse_network_in, Cidr, NetworkTarget, DEFAULT_CLUSTER_DOMAIN};
+pub use path::{parse_path, AbsPath, PathTarget, PATH_KEY_LEN};
+pub use protocol::{parse_protocol, ProtocolTarget, ProtocolToken};
+
+/// The value that, alone in a deny list, makes a behavior default-deny.
+pub const STAR: &str = "*";
+
+/// Checks where `"*"` stands in one allow or deny list, as the CRD's
+/// behavior rules do: it is refused in allow ([`Reason::StarInAllow`]) and
+/// must be the only value of a deny list ([`Reason::StarNotAlone`]).
+///
+/// `path` is the list's path (`spec.behaviors[0].exec.deny.values`); the
+/// error names the offending `"*"` element (`...values[1]`).
+pub fn check_star<S: AsRef<str>>(
+    values: &[S],
+    path: &FieldPath,
+    side: RuleSide,
+) -> Result<(), ValueError> {
+    let Some(at) = values.iter().position(|v| v.as_ref() == STAR) else {
+        return Ok(());
+    };
+    let reason = match side {
+        RuleSide::Allow => Reason::StarInAllow,
+        RuleSide::Deny if values.len() == 1 => return Ok(()),
+        RuleSide::Deny => Reason::StarNotAlone,
+    };
+    Err(ValueError::new(&path.index(at), STAR, reason))
+}
+
+/// Parses one allow or deny list: [`check_star`] over the list, then
+/// `parse` on each value at `path[i]`. Returns every target, or every
+/// failure (a condition should list all unusable values, not the first).
+///
+/// ```
+/// use kyverno_runtime_policy::values::{parse_values, parse_network, BehaviorKind, FieldPath, RuleSide};
+///
+/// let path = FieldPath::values(0, BehaviorKind::Network, RuleSide::Deny);
+/// let errors = parse_values(&["10.0.0.0/8", "10.0.0.300"], &path, RuleSide::Deny, parse_network)
+///     .unwrap_err();
+/// assert_eq!(errors[0].path, "spec.behaviors[0].network.deny.values[1]");
+/// ```
+pub fn parse_values<T, S, F>(
+    values: &[S],
+    path: &FieldPath,
+    side: RuleSide,
+    parse: F,
+) -> Result<Vec<T>, Vec<ValueError>>
+where
+    S: AsRef<str>,
+    F: Fn(&str, &FieldPath) -> Result<T, ValueError>,
+{
+    let mut errors: Vec<ValueError> = check_star(values, path, side).err().into_iter().collect();
+    let mut targets = Vec::with_capacity(values.len());
+    for (i, value) in values.iter().enumerate() {
+        match parse(value.as_ref(), &path.index(i)) {
+            Ok(target) => targets.push(target),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(targets)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Whether a value is made only of ASCII digits and dots: the shape the CRD
+/// (`^[0-9.]+$`) reads as an IPv4 address rather than as a name.
+fn digits_and_dots(value: &str) -> bool {
+    value.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn deny() -> FieldPath {
+        FieldPath::values(3, BehaviorKind::Exec, RuleSide::Deny)
+    }
+
+    #[rstest]
+    #[case::no_star(&["/bin/sh", "/bin/bash"][..], RuleSide::Deny, None)]
+    #[case::alone_in_deny(&["*"][..], RuleSide::Deny, None)]
+    #[case::empty(&[][..], RuleSide::Allow, None)]
+    #[case::with_others_in_deny(&["/bin/sh", "*"][..], RuleSide::Deny, Some((1, Reason::StarNotAlone)))]
+    #[case::twice_in_deny(&["*", "*"][..], RuleSide::Deny, Some((0, Reason::StarNotAlone)))]
+    #[case::alone_in_allow(&["*"][..], RuleSide::Allow, Some((0, Reason::StarInAllow)))]
+    #[case::among_allow(&["/a", "*"][..], RuleSide::Allow, Some((1, Reason::StarInAllow)))]
+    #[case::star_inside_a_value_is_not_star(&["/a", "*.sh"][..], RuleSide::Deny, None)]
+    fn star_placement(
+        #[case] values: &[&str],
+        #[case] side: RuleSide,
+        #[case] expected: Option<(usize, Reason)>,
+    ) {
+        let path = FieldPath::values(3, BehaviorKind::Exec, side);
+        let got = check_star(values, &path, side).err();
+        let expected = expected.map(|(i, reason)| ValueError {
+            path: format!("spec.behaviors[3].exec.{}.values[{i}]", side.as_str()),
+            value: "*".into(),
+            reason,
+        });
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn parse_values_reports_every_failure_in_order() {
+        let errors = parse_values(
+            &["*", "curl", "/bin/sh", "/etc/"],
+            &deny(),
+            RuleSide::Deny,
+            parse_path,
+        )
+        .unwrap_err();
+        let got: Vec<_> = errors
+            .iter()
+            .map(|e| (e.path.as_str(), e.reason.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "spec.behaviors[3].exec.deny.values[0]",
+                    Reason::StarNotAlone
+                ),
+                ("spec.behaviors[3].exec.deny.values[1]", Reason::NotAbsolute),
+                (
+                    "spec.behaviors[3].exec.deny.values[3]",
+                    Reason::TrailingSlash
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn parse_values_returns_targets_in_order() {
+        let got = parse_values(&["*"], &deny(), RuleSide::Deny, parse_path).unwrap();
+        assert_eq!(got, [PathTarget::Any]);
+        let got =
+            parse_values(&["ssh", "tls/h2"], &deny(), RuleSide::Deny, parse_protocol).unwrap();
+        assert_eq!(got.len(), 2);
+    }
+}
