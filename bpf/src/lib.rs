@@ -18,6 +18,8 @@
 
 pub mod dns;
 pub mod egress;
+#[cfg(not(krt_bpf_stub))]
+mod libbpf_log;
 pub mod probe;
 pub mod protocol;
 #[cfg(not(krt_bpf_stub))]

@@ -18,11 +18,11 @@ use libbpf_rs::{
     ProgramType, RingBuffer, RingBufferBuilder,
 };
 
-use super::log::Capture;
 use super::name::DOMAIN_KEY_LEN;
 use super::{
     decode_query, DnsError, DnsQuestion, DnsStats, Result, CGROUP_ID_AT, QNAME_AT, RECORD_LEN,
 };
+use crate::libbpf_log::Capture;
 use crate::skel::dns::query::{types, OBJECT};
 
 /// Name given to the object; libbpf derives the `.rodata` map's from it.

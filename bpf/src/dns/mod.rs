@@ -45,8 +45,6 @@ pub mod name;
 mod fuzz;
 #[cfg(not(krt_bpf_stub))]
 mod kernel;
-#[cfg(not(krt_bpf_stub))]
-mod log;
 #[cfg(krt_bpf_stub)]
 mod stub;
 

@@ -11,8 +11,8 @@ use std::collections::HashSet;
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle, Object, ObjectBuilder, ProgramInput};
 
-use super::log::Capture;
 use super::{key, EgressError, FilterFlags, Observation, Prefix, Result, Stats, Verdict};
+use crate::libbpf_log::Capture;
 use crate::skel::egress::egress_filter;
 
 /// The program's name in `egress_filter.bpf.c`.

@@ -58,8 +58,6 @@ mod prefix;
 mod kernel;
 #[cfg(not(krt_bpf_stub))]
 mod key;
-#[cfg(not(krt_bpf_stub))]
-mod log;
 #[cfg(krt_bpf_stub)]
 mod stub;
 

@@ -18,8 +18,8 @@ use libbpf_rs::skel::{OpenSkel as _, SkelBuilder as _};
 use libbpf_rs::{MapCore, MapFlags, ObjectBuilder, ProgramInput, RingBufferBuilder};
 
 use super::errno::ENOTSUPP;
-use super::log::Capture;
 use super::{packet, ProbeError, ProbeMap, ProbeProgram, ProgramProbe, Result, Stage};
+use crate::libbpf_log::Capture;
 use crate::skel::probe::{cgroup_skb_egress, exec_trace, fmod_ret_file_open, lsm_file_open, maps};
 
 const OPEN_FAILED: &str = "open failed";

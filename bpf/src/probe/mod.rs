@@ -22,8 +22,6 @@ mod errno;
 #[cfg(not(krt_bpf_stub))]
 mod kernel;
 #[cfg(not(krt_bpf_stub))]
-mod log;
-#[cfg(not(krt_bpf_stub))]
 mod packet;
 #[cfg(krt_bpf_stub)]
 mod stub;

@@ -15,8 +15,8 @@ use libbpf_rs::{
     libbpf_sys, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, ProgramInput, ProgramType,
 };
 
-use super::log::Capture;
 use super::{key, ProtoEvent, ProtoFlags, ProtoKey, ProtoStats, ProtocolError, Result, Verdict};
+use crate::libbpf_log::Capture;
 use crate::skel::protocol::classifier::{types, OBJECT};
 
 /// Name given to the object; libbpf derives the `.rodata` map's from it.

@@ -74,8 +74,6 @@ use std::str::FromStr;
 mod kernel;
 #[cfg(not(krt_bpf_stub))]
 mod key;
-#[cfg(not(krt_bpf_stub))]
-mod log;
 #[cfg(krt_bpf_stub)]
 mod stub;
 

@@ -1,28 +1,30 @@
-//! Capturing libbpf's log (including verifier logs) for one probe.
+//! Capturing libbpf's log (including verifier logs) while one object loads.
 //!
 //! libbpf has one process-global print callback, and libbpf-rs's
 //! [`libbpf_rs::set_print`] takes a plain `fn`, not a closure; so the
 //! callback appends to a static buffer, and a [`Capture`] holds a process-wide
-//! lock for the probe's duration so two probes never mix their logs (which
-//! also serializes the probes themselves). The previous callback (e.g. the
-//! daemon's tracing bridge) is restored when the capture ends.
+//! lock for the load's duration so two loads never mix their logs (which
+//! also serializes them). Every backend (probe, egress, protocol, dns) uses
+//! this one module, so there is one lock for the whole process. The previous
+//! callback (e.g. the daemon's tracing bridge) is restored when the capture
+//! ends.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use libbpf_rs::{PrintCallback, PrintLevel};
 
-/// Bytes of log a [`ProbeError`](super::ProbeError) carries: the end of the
-/// log, where libbpf prints why it gave up.
+/// Bytes of log a load error carries: the end of the log, where libbpf
+/// prints why it gave up.
 pub(crate) const KEEP_BYTES: usize = 4 * 1024;
 
 /// Bytes buffered before older output is discarded (a verifier log can be
 /// megabytes; only its tail is kept anyway).
 const BUFFER_BYTES: usize = 64 * 1024;
 
-/// Held by the running probe.
-static PROBE: Mutex<()> = Mutex::new(());
+/// Held by the running load.
+static LOADING: Mutex<()> = Mutex::new(());
 
-/// What libbpf printed during the running probe.
+/// What libbpf printed during the running load.
 static LOG: Mutex<String> = Mutex::new(String::new());
 
 /// Locks `m` even if a panicking thread poisoned it: the data (a log buffer,
@@ -78,7 +80,7 @@ impl Capture {
     /// (warnings and info; libbpf prints a refused program's verifier log as
     /// a warning) into the buffer.
     pub(crate) fn start() -> Self {
-        let probe = lock(&PROBE);
+        let probe = lock(&LOADING);
         lock(&LOG).clear();
         let previous = libbpf_rs::set_print(Some((PrintLevel::Info, collect)));
         Self {
