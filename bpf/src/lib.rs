@@ -20,10 +20,13 @@ pub mod dns;
 pub mod egress;
 #[cfg(not(krt_bpf_stub))]
 mod libbpf_log;
+pub mod openexec;
 pub mod probe;
 pub mod protocol;
 #[cfg(not(krt_bpf_stub))]
 mod skel;
+#[cfg(not(krt_bpf_stub))]
+mod sys;
 
 pub use probe::{
     probe_map, probe_program, ProbeError, ProbeMap, ProbeProgram, ProgramProbe, Stage,

@@ -9,6 +9,7 @@
     missing_docs,
     unreachable_pub,
     dead_code,
+    unused_imports,
     clippy::all,
     clippy::pedantic,
     clippy::nursery,
@@ -86,5 +87,26 @@ pub(crate) mod protocol {
         /// the classifier owns its `Object` (no borrowed skeleton storage).
         pub(crate) const OBJECT: &[u8] =
             include_bytes!(concat!(env!("OUT_DIR"), "/protocol/classifier.bpf.o"));
+    }
+}
+
+/// Skeletons of `bpf/openexec/*.bpf.c`.
+pub(crate) mod openexec {
+    /// `bpf/openexec/lsm.bpf.c`.
+    pub(crate) mod lsm {
+        include!(concat!(env!("OUT_DIR"), "/openexec/lsm.skel.rs"));
+
+        /// The raw object, loaded through the generic object API so the
+        /// handle owns its `Object`.
+        pub(crate) const OBJECT: &[u8] =
+            include_bytes!(concat!(env!("OUT_DIR"), "/openexec/lsm.bpf.o"));
+    }
+    /// `bpf/openexec/fmod_ret.bpf.c`.
+    pub(crate) mod fmod_ret {
+        include!(concat!(env!("OUT_DIR"), "/openexec/fmod_ret.skel.rs"));
+
+        /// The raw object.
+        pub(crate) const OBJECT: &[u8] =
+            include_bytes!(concat!(env!("OUT_DIR"), "/openexec/fmod_ret.bpf.o"));
     }
 }

@@ -24,6 +24,7 @@ use super::{
 };
 use crate::libbpf_log::Capture;
 use crate::skel::dns::query::{types, OBJECT};
+use crate::sys::errno;
 
 /// Name given to the object; libbpf derives the `.rodata` map's from it.
 const OBJECT_NAME: &str = "krt_dns";
@@ -41,19 +42,6 @@ const _: () = {
     assert!(offset_of!(types::dns_query_event, qname) == QNAME_AT);
     assert!(size_of::<types::domain_key>() == DOMAIN_KEY_LEN);
 };
-
-/// The errno at the bottom of a libbpf-rs error: every error from a failed
-/// syscall ends in a `std::io::Error` built from the raw OS error, whose
-/// text ends in `(os error N)` (libbpf-rs does not expose it otherwise).
-fn errno(err: &libbpf_rs::Error) -> Option<i32> {
-    const MARK: &str = "(os error ";
-    let text = format!("{err:#}");
-    let rest = &text[text.rfind(MARK)? + MARK.len()..];
-    rest[..rest.find(')')?]
-        .parse()
-        .ok()
-        .filter(|n: &i32| *n > 0)
-}
 
 fn open_err(e: &libbpf_rs::Error) -> DnsError {
     DnsError::Open {

@@ -14,6 +14,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, Object, ObjectBuilder, ProgramInpu
 use super::{key, EgressError, FilterFlags, Observation, Prefix, Result, Stats, Verdict};
 use crate::libbpf_log::Capture;
 use crate::skel::egress::egress_filter;
+use crate::sys::{errno, lacks_lookup_and_delete};
 
 /// The program's name in `egress_filter.bpf.c`.
 const PROGRAM: &str = "krt_egress";
@@ -26,10 +27,6 @@ const ALLOW_V6: &str = "allow_v6";
 const DENY_V6: &str = "deny_v6";
 const OBSERVATIONS: &str = "observations";
 const STATS: &str = "stats";
-
-/// Kernel-internal "operation not supported", returned by
-/// `BPF_MAP_LOOKUP_AND_DELETE_ELEM` for hash maps before 5.14.
-const ENOTSUPP: i32 = 524;
 
 #[derive(Debug)]
 pub(super) struct Filter {
@@ -90,26 +87,6 @@ impl Map {
             what,
         }
     }
-}
-
-/// The errno at the bottom of a libbpf-rs error: every error from a failed
-/// syscall ends in a `std::io::Error` built from the raw OS error, whose
-/// text ends in `(os error N)` (libbpf-rs does not expose it otherwise).
-fn errno(err: &libbpf_rs::Error) -> Option<i32> {
-    const MARK: &str = "(os error ";
-    let text = format!("{err:#}");
-    let rest = &text[text.rfind(MARK)? + MARK.len()..];
-    rest[..rest.find(')')?]
-        .parse()
-        .ok()
-        .filter(|n: &i32| *n > 0)
-}
-
-/// Whether a `BPF_MAP_LOOKUP_AND_DELETE_ELEM` failed because the kernel
-/// has none for hash maps (ENOTSUPP before 5.14; the others for kernels
-/// that refuse the command or its flags).
-fn lacks_lookup_and_delete(err: &libbpf_rs::Error) -> bool {
-    matches!(errno(err), Some(ENOTSUPP | libc::EOPNOTSUPP | libc::EINVAL))
 }
 
 impl Filter {

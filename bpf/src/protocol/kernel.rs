@@ -18,6 +18,7 @@ use libbpf_rs::{
 use super::{key, ProtoEvent, ProtoFlags, ProtoKey, ProtoStats, ProtocolError, Result, Verdict};
 use crate::libbpf_log::Capture;
 use crate::skel::protocol::classifier::{types, OBJECT};
+use crate::sys::{errno, ENOTSUPP};
 
 /// Name given to the object; libbpf derives the `.rodata` map's from it.
 const OBJECT_NAME: &str = "krt_proto";
@@ -29,23 +30,6 @@ const BANNED: &str = "banned_protos";
 const EVENTS: &str = "proto_events";
 const STATS: &str = "proto_stats";
 const GENERATION: &str = "proto_generation";
-
-/// Kernel-internal "operation not supported", returned by
-/// `BPF_MAP_LOOKUP_AND_DELETE_ELEM` for hash maps before 5.14.
-const ENOTSUPP: i32 = 524;
-
-/// The errno at the bottom of a libbpf-rs error: every error from a failed
-/// syscall ends in a `std::io::Error` built from the raw OS error, whose
-/// text ends in `(os error N)` (libbpf-rs does not expose it otherwise).
-fn errno(err: &libbpf_rs::Error) -> Option<i32> {
-    const MARK: &str = "(os error ";
-    let text = format!("{err:#}");
-    let rest = &text[text.rfind(MARK)? + MARK.len()..];
-    rest[..rest.find(')')?]
-        .parse()
-        .ok()
-        .filter(|n: &i32| *n > 0)
-}
 
 fn load_err(message: String) -> ProtocolError {
     ProtocolError::Load {

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Types shared by the open/exec objects (bpf/openexec/) and userspace.
+ *
+ * Rust reads these layouts from the skeleton's `types` module; it never
+ * re-declares them.
+ *
+ * Model. Every RuntimePolicy with an open (exec) behavior on this node
+ * holds one of KRT_OE_SLOTS slots of that dimension. Its state is bits, not
+ * programs and not maps of its own:
+ *
+ *   oe_cgroups[cgid].slots[dim]   bit s set: slot s's policy selects the cgroup
+ *   oe_<dim>_paths[path].deny     bit s set: slot s denies the path
+ *   oe_<dim>_paths[path].allow    bit s set: slot s allows the path
+ *   oe_config.default_deny[dim]   bit s set: slot s is default deny ("*")
+ *   oe_config.observe[dim]        bit s set: slot s is a monitor-mode policy
+ *
+ * so the verdict over every policy bound to a cgroup is two lookups and
+ * four ANDs, whatever the number of policies (the Go original walks an
+ * array of per-policy maps: two 256-byte hash lookups per bound policy).
+ *
+ * oe_names holds the final component of every path that has a rule in
+ * either dimension. Where no bound policy is default deny or observing, an
+ * operation on a file whose name is not there cannot match any rule: it is
+ * allowed without resolving the path (bpf_d_path is most of the cost).
+ */
+#ifndef KRT_OPENEXEC_H
+#define KRT_OPENEXEC_H
+
+#include "vmlinux.h"
+
+/* Policy slots per dimension: one bit each in a __u64 mask. */
+#define KRT_OE_SLOTS 64
+
+/* A path key: the path as bpf_d_path resolves it, NUL-padded. */
+#define KRT_OE_PATH_LEN 256
+
+/* Longest policy id a slot records (userspace bookkeeping, NUL-padded). */
+#define KRT_OE_OWNER_LEN 64
+
+#define KRT_OE_MAX_CGROUPS 16384
+#define KRT_OE_MAX_PATHS 131072
+#define KRT_OE_MAX_OBSERVATIONS 16384
+#define KRT_OE_MAX_PENDING 4096
+
+/* A final path component as `oe_names` keys it, NUL-padded. */
+#define KRT_OE_NAME_LEN 64
+
+/* Bumped whenever a map layout or its meaning changes, so pinned maps of
+ * another layout are never adopted. */
+#define KRT_OE_LAYOUT_VERSION 1
+
+enum krt_oe_dim {
+	KRT_OE_OPEN = 0,
+	KRT_OE_EXEC = 1,
+	KRT_OE_DIMS = 2,
+};
+
+enum krt_oe_decision {
+	/* An explicit deny of a bound policy matched: refused. */
+	KRT_OE_DENIED = 0,
+	/* An explicit allow matched, no deny did: allowed. */
+	KRT_OE_ALLOWED = 1,
+	/* Nothing matched; a bound policy is default deny: refused. */
+	KRT_OE_DEFAULT_DENIED = 2,
+	/* Nothing matched, no default deny: allowed. */
+	KRT_OE_UNMATCHED = 3,
+	KRT_OE_DECISIONS = 4,
+};
+
+/* Value of `oe_cgroups`, keyed by the __u64 cgroup id. */
+struct krt_oe_cgroup {
+	__u64 slots[KRT_OE_DIMS];
+};
+
+/* Value of `oe_open_paths` and `oe_exec_paths`, keyed by char[KRT_OE_PATH_LEN]. */
+struct krt_oe_rule {
+	__u64 deny;
+	__u64 allow;
+};
+
+/* The one entry of `oe_config`. */
+struct krt_oe_config {
+	__u64 default_deny[KRT_OE_DIMS];
+	__u64 observe[KRT_OE_DIMS];
+	/* KRT_OE_LAYOUT_VERSION once userspace has initialised the maps. */
+	__u32 layout_version;
+	__u32 _pad;
+};
+
+/* Entry of `oe_owners` (index dim * KRT_OE_SLOTS + slot): which policy
+ * holds a slot. Never read by the programs; pinned with the other maps so
+ * a restarted daemon can adopt the slots. An all-zero id is a free slot. */
+struct krt_oe_owner {
+	char policy[KRT_OE_OWNER_LEN];
+};
+
+/* Key of `oe_observations` and the per-CPU scratch the path is resolved into
+ * (so the path is written once and used as both keys). */
+struct krt_oe_event {
+	__u64 cgroup;
+	__u32 dim;
+	__u32 decision;
+	char path[KRT_OE_PATH_LEN];
+};
+
+/* Value of `oe_pending` (fmod_ret): an exec decided at open time. */
+struct krt_oe_pending {
+	struct krt_oe_event ev;
+	__u64 selected;
+	__u32 resolved;
+	__u32 _pad;
+};
+
+/* Per-CPU outcome counters (the one entry of `oe_stats`), cumulative. */
+struct krt_oe_stats {
+	/* Decisions on resolved paths of bound cgroups. */
+	__u64 decisions[KRT_OE_DIMS][KRT_OE_DECISIONS];
+	/* bpf_d_path failed or the path is longer than the key: allowed... */
+	__u64 unresolved_passed[KRT_OE_DIMS];
+	/* ...or refused, because a bound policy is default deny. */
+	__u64 unresolved_denied[KRT_OE_DIMS];
+	/* An observation the full map could not count. */
+	__u64 observe_failed;
+};
+
+#endif /* KRT_OPENEXEC_H */
