@@ -17,6 +17,10 @@
 //! [`values::Reason`]. `"*"` parses as the `Any` target of every kind; where
 //! it may stand is a property of the whole list, checked by
 //! [`values::check_star`] (or both at once by [`values::parse_values`]).
+//!
+//! [`selector`] compiles a policy's `podSelector` and `namespaceSelector`
+//! into the [`selector::PodTarget`] that decides which pods it applies to.
 
 pub mod cel;
+pub mod selector;
 pub mod values;
