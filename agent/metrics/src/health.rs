@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 
 /// Shared health state; components update it, the endpoint reads it.
 pub struct Health {
+    /// The monotonic clock; injectable so a stall can be proven without
+    /// sleeping through one.
+    clock: Box<dyn Fn() -> Instant + Send + Sync>,
     started: Instant,
     policies_synced: AtomicBool,
     /// Milliseconds since `started` of the collector's last tick.
@@ -28,8 +31,18 @@ impl Health {
     /// A health state that reads unhealthy until the informer syncs; the
     /// collector counts as stalled once it has not ticked for `stall_after`.
     pub fn new(stall_after: Duration) -> Self {
+        Self::with_clock(stall_after, Instant::now)
+    }
+
+    /// Like [`Health::new`], reading time from `clock` (a test's manual
+    /// clock); it must never go backwards.
+    pub fn with_clock(
+        stall_after: Duration,
+        clock: impl Fn() -> Instant + Send + Sync + 'static,
+    ) -> Self {
         Health {
-            started: Instant::now(),
+            started: clock(),
+            clock: Box::new(clock),
             policies_synced: AtomicBool::new(false),
             last_collector_tick_ms: AtomicU64::new(0),
             stall_after,
@@ -41,14 +54,17 @@ impl Health {
         self.policies_synced.store(true, Ordering::Release);
     }
 
-    /// The collector's dispatch loop is alive.
+    /// The collector's dispatch loop is alive: its heartbeat, called once
+    /// per loop iteration. Until the first call the loop counts as having
+    /// ticked at construction, so startup gets one stall window of grace.
     pub fn collector_tick(&self) {
         self.last_collector_tick_ms
             .store(self.elapsed_ms(), Ordering::Release);
     }
 
     fn elapsed_ms(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+        let elapsed = (self.clock)().saturating_duration_since(self.started);
+        u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Every failing check, or `Ok` when healthy.
@@ -87,16 +103,22 @@ mod tests {
 
     #[test]
     fn a_collector_that_stops_ticking_is_stalled() {
-        let health = Health::new(Duration::from_millis(20));
+        let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
+        let clock = {
+            let now = now.clone();
+            move || *now.lock().unwrap()
+        };
+        let advance = |d: Duration| *now.lock().unwrap() += d;
+        let health = Health::with_clock(Duration::from_secs(20), clock);
         health.set_policies_synced();
         health.collector_tick();
-        std::thread::sleep(Duration::from_millis(60));
-        match health.check() {
-            Err(reasons) => assert!(
-                matches!(reasons[..], [Unhealthy::CollectorStalled(d)] if d >= Duration::from_millis(20))
-            ),
-            Ok(()) => panic!("a stalled collector must read unhealthy"),
-        }
+        advance(Duration::from_secs(20));
+        assert_eq!(health.check(), Ok(()), "exactly the window is not a stall");
+        advance(Duration::from_secs(1));
+        assert_eq!(
+            health.check(),
+            Err(vec![Unhealthy::CollectorStalled(Duration::from_secs(21))])
+        );
         health.collector_tick();
         assert_eq!(health.check(), Ok(()));
     }

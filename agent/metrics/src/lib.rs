@@ -27,7 +27,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, PoisonError};
 
 /// The metric namespace every series is registered under.
 pub const NAMESPACE: &str = "nirmata_runtime";
@@ -45,6 +47,9 @@ pub struct Metrics {
     source_failures: Family<SourceReasonLabels, Counter>,
     bpf_run_time: Family<ProgramLabels, Counter<f64, AtomicU64>>,
     bpf_run_count: Family<ProgramLabels, Counter>,
+    /// The kernel's cumulative (run_time_ns, run_cnt) per program name as
+    /// of the last [`Metrics::record_bpf_program_stats`] call.
+    bpf_last_seen: Mutex<HashMap<String, (u64, u64)>>,
 }
 
 impl Default for Metrics {
@@ -68,6 +73,7 @@ impl Metrics {
             source_failures: Family::default(),
             bpf_run_time: Family::default(),
             bpf_run_count: Family::default(),
+            bpf_last_seen: Mutex::new(HashMap::new()),
             registry: Registry::default(),
         };
         registry.register(
@@ -177,8 +183,10 @@ impl Metrics {
             .inc();
     }
 
-    /// Adds the kernel's run-time statistics of `program` since the last
-    /// call (the kernel's counters are cumulative; the caller passes deltas).
+    /// Adds run time and runs of `program` since the last call (deltas).
+    /// The kernel's own numbers are cumulative: feed those to
+    /// [`Metrics::record_bpf_program_stats`] instead, and do not mix the two
+    /// for one program.
     pub fn bpf_program_ran(&self, program: &str, run_time_ns: u64, runs: u64) {
         let labels = ProgramLabels::new(program);
         // Precision: f64 holds every integer nanosecond count below 2^53 ns (104 days) exactly.
@@ -186,6 +194,47 @@ impl Metrics {
             .get_or_create(&labels)
             .inc_by(run_time_ns as f64 / 1e9);
         self.bpf_run_count.get_or_create(&labels).inc_by(runs);
+    }
+
+    /// Records the kernel's statistics of the loaded BPF programs: one
+    /// `(name, run_time_ns, run_cnt)` per program, as `bpf_prog_info`
+    /// reports them — cumulative since the program was loaded, and only
+    /// counted while `kernel.bpf_stats_enabled` is on (both stay 0 when it
+    /// is off, which is exported as is: the series exists, and not
+    /// advancing is the kernel not providing the numbers).
+    ///
+    /// Call it with the whole set each time (the daemon's poll of its own
+    /// programs). Programs sharing a name are summed, since the metric is
+    /// per name. The difference from the previous call is what the counters
+    /// advance by; a total that went down means the program was replaced
+    /// (reloaded, its kernel counters restarted), so the new total is taken
+    /// as what ran since — the same reading Prometheus gives a counter reset.
+    pub fn record_bpf_program_stats<'a>(
+        &self,
+        programs: impl IntoIterator<Item = (&'a str, u64, u64)>,
+    ) {
+        let mut totals: HashMap<&str, (u64, u64)> = HashMap::new();
+        for (name, run_time_ns, run_cnt) in programs {
+            let t = totals.entry(name).or_default();
+            t.0 = t.0.saturating_add(run_time_ns);
+            t.1 = t.1.saturating_add(run_cnt);
+        }
+        // Counters only go up and a poisoned map still holds sound totals.
+        let mut last_seen = self
+            .bpf_last_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (name, (run_time_ns, run_cnt)) in totals {
+            let (prev_ns, prev_cnt) = last_seen.get(name).copied().unwrap_or((0, 0));
+            let reset = run_time_ns < prev_ns || run_cnt < prev_cnt;
+            let (d_ns, d_cnt) = if reset {
+                (run_time_ns, run_cnt)
+            } else {
+                (run_time_ns - prev_ns, run_cnt - prev_cnt)
+            };
+            self.bpf_program_ran(name, d_ns, d_cnt);
+            last_seen.insert(name.to_string(), (run_time_ns, run_cnt));
+        }
     }
 
     /// Declares `source` so it is exported (at 0) before its first event.

@@ -5,8 +5,8 @@
 
 use kyverno_runtime_metrics::*;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Every series the specification lists, as a scraper sees it.
@@ -134,9 +134,30 @@ async fn a_scrape_parses_and_holds_every_listed_series() {
     assert!(body.contains("# TYPE nirmata_runtime_source_available gauge"));
 }
 
+/// A manual monotonic clock: the test moves time, so a stall is proven
+/// without sleeping through one (and cannot flake on a slow machine).
+#[derive(Clone)]
+struct ManualClock(Arc<Mutex<Instant>>);
+
+impl ManualClock {
+    fn new() -> Self {
+        ManualClock(Arc::new(Mutex::new(Instant::now())))
+    }
+    fn now(&self) -> Instant {
+        *self.0.lock().unwrap()
+    }
+    fn advance(&self, d: Duration) {
+        *self.0.lock().unwrap() += d;
+    }
+}
+
 #[tokio::test]
 async fn healthz_fails_until_synced_and_while_the_collector_is_stalled() {
-    let health = Arc::new(Health::new(Duration::from_millis(200)));
+    let clock = ManualClock::new();
+    let health = Arc::new(Health::with_clock(Duration::from_secs(30), {
+        let clock = clock.clone();
+        move || clock.now()
+    }));
     let (addr, _stop) = start(Arc::new(Metrics::new()), health.clone()).await;
     let (status, body) = get(addr, "/healthz").await;
     assert_eq!(status, 503);
@@ -146,11 +167,65 @@ async fn healthz_fails_until_synced_and_while_the_collector_is_stalled() {
     health.collector_tick();
     assert_eq!(get(addr, "/healthz").await.0, 200);
 
-    // The collector loop stops ticking: unhealthy once the threshold passes.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The heartbeat advances within the window: still healthy.
+    clock.advance(Duration::from_secs(25));
+    health.collector_tick();
+    clock.advance(Duration::from_secs(25));
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+
+    // The collector loop stops ticking past the window: unhealthy.
+    clock.advance(Duration::from_secs(10));
     let (status, body) = get(addr, "/healthz").await;
     assert_eq!(status, 503);
-    assert!(body.contains("collector loop has not ticked"), "{body}");
+    assert!(
+        body.contains("collector loop has not ticked for 35s"),
+        "{body}"
+    );
+
+    // It resumes: healthy again.
+    health.collector_tick();
+    let (status, body) = get(addr, "/healthz").await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn bpf_program_stats_advance_by_the_kernels_cumulative_numbers() {
+    let m = Metrics::new();
+    let sample = |program: &str| {
+        let body = m.encode();
+        let scrape =
+            prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
+        let find = |metric: &str| {
+            scrape
+                .samples
+                .iter()
+                .find(|s| s.metric == metric && s.labels.get("program") == Some(program))
+                .map(|s| value(&s.value))
+        };
+        // Seconds as f64 sums: compared in whole nanoseconds.
+        (
+            find("nirmata_runtime_bpf_program_run_time_seconds_total").map(|s| (s * 1e9).round()),
+            find("nirmata_runtime_bpf_program_runs_total"),
+        )
+    };
+    // Two per-pod egress filters share a name: the metric is their sum.
+    m.record_bpf_program_stats([
+        ("egress_filter", 1_000, 2),
+        ("egress_filter", 3_000, 4),
+        ("open_dispatcher", 0, 0),
+    ]);
+    assert_eq!(sample("egress_filter"), (Some(4_000.0), Some(6.0)));
+    assert_eq!(
+        sample("open_dispatcher"),
+        (Some(0.0), Some(0.0)),
+        "exported even while the kernel counts nothing"
+    );
+    // Cumulative again: only the difference is added.
+    m.record_bpf_program_stats([("egress_filter", 10_000, 10)]);
+    assert_eq!(sample("egress_filter"), (Some(10_000.0), Some(10.0)));
+    // The program was reloaded: its kernel counters restarted from zero.
+    m.record_bpf_program_stats([("egress_filter", 500, 1)]);
+    assert_eq!(sample("egress_filter"), (Some(10_500.0), Some(11.0)));
 }
 
 #[tokio::test]

@@ -16,11 +16,24 @@
 //! - `Applied` is derived last, gate by gate in a fixed order, so an
 //!   attachment failure (the actionable case) is never masked by a selector
 //!   that also matches nothing.
+//!
+//! Around those rules sit the parts that talk to the API server:
+//! [`StatusWriter`] (one node's write, retried on conflict),
+//! [`ClusterWatcher`] (the Node, DaemonSet and pod watches that say which
+//! shards to prune and which nodes must report), [`FlushLoop`] (every 30 s
+//! and on shutdown, with a callback per persisted condition change), and
+//! [`backends`] (a shard's per-behavior backends from the probe's plan).
 
+mod backends;
+mod flush;
 mod placement;
+mod watch;
 mod writer;
 
+pub use backends::backends;
+pub use flush::{ConditionCallback, FlushLoop, PolicyRef, Reports, DEFAULT_INTERVAL};
 pub use placement::expected_nodes;
+pub use watch::{ClusterWatcher, Placement};
 pub use writer::{ClusterView, Error, Flushed, NodeReport, StatusWriter};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};

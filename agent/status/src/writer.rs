@@ -44,6 +44,11 @@ impl Error {
             Error::Conflicts { .. } => "conflicts",
         }
     }
+
+    /// Whether the policy does not exist (any more).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Api { source: kube::Error::Api(status), .. } if status.code == 404)
+    }
 }
 
 /// What this node knows about one policy at flush time.
@@ -62,7 +67,7 @@ pub struct NodeReport {
 }
 
 /// What this node knows about the cluster at flush time.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterView {
     /// Node names that exist, once the Node watch has synced; `None` before
     /// that, and then no shard is pruned.
@@ -78,6 +83,8 @@ pub struct Flushed {
     pub changed: Vec<Condition>,
     /// Writes attempted (1 without conflicts, 0 when nothing had changed).
     pub attempts: u32,
+    /// The policy's uid, as read by this flush.
+    pub uid: Option<String>,
 }
 
 /// Writes one node's view of RuntimePolicy status.
@@ -121,6 +128,7 @@ impl StatusWriter {
                 return Ok(Flushed {
                     changed: Vec::new(),
                     attempts: 0,
+                    uid: current.metadata.uid.clone(),
                 });
             }
             let changed: Vec<Condition> = changed(&old.conditions, &new.conditions)
@@ -128,6 +136,7 @@ impl StatusWriter {
                 .cloned()
                 .collect();
             current.status = Some(new);
+            let uid = current.metadata.uid.clone();
             match self
                 .api
                 .replace_status(policy, &PostParams::default(), &current)
@@ -137,6 +146,7 @@ impl StatusWriter {
                     return Ok(Flushed {
                         changed,
                         attempts: attempt,
+                        uid,
                     })
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 => {

@@ -1,16 +1,34 @@
 //! Tier 3: several nodes writing one policy's status against a real
 //! kube-apiserver and etcd converge, lose no shard, and prune a deleted
-//! node's shard.
+//! node's shard once the Node watch says it is gone; the daemon's
+//! placement (its DaemonSet and pods, watched) makes a node that has not
+//! reported read Unknown; the flush loop persists on shutdown.
+//!
+//! There is no kube-controller-manager here, so the tests play the
+//! controllers' part: they create the DaemonSet's pods, write its status,
+//! and remove a departed node's pod, as the DaemonSet and pod GC
+//! controllers would.
 // A test harness: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(feature = "kube-tests")]
 
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kyverno_runtime_api::runtimepolicy::{NodePolicyStatus, RuntimePolicy};
-use kyverno_runtime_status::{ClusterView, NodeReport, StatusWriter};
+use kyverno_runtime_compat::{Backend, Plan, PlanEntry};
+use kyverno_runtime_status::{
+    backends, ClusterView, ClusterWatcher, FlushLoop, NodeReport, Placement, PolicyRef, Reports,
+    StatusWriter,
+};
 use kyverno_runtime_testkube::{repo_root, LocalCluster};
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
 
 fn cluster() -> &'static LocalCluster {
     let cluster = LocalCluster::get().expect("local control plane (ci/kube-up)");
@@ -119,6 +137,191 @@ fn condition<'a>(
         .find(|c| c.type_ == type_)
 }
 
+fn shard_names(p: &RuntimePolicy) -> Vec<&str> {
+    p.status
+        .as_ref()
+        .map(|s| s.nodes.iter().map(|n| n.node_name.as_str()).collect())
+        .unwrap_or_default()
+}
+
+fn entry(backend: Backend, reason: &str) -> PlanEntry {
+    PlanEntry {
+        backend,
+        available: backend != Backend::None,
+        reason: reason.into(),
+        forced: false,
+    }
+}
+
+/// A probe plan with `open_exec` serving open and exec, everything else on
+/// its usual backend.
+fn plan(open_exec: PlanEntry) -> Plan {
+    Plan {
+        open: open_exec.clone(),
+        exec: open_exec,
+        network: entry(Backend::CgroupSkbEgress, "cgroup_skb/egress attached"),
+        protocol: entry(Backend::CgroupSkbClassifier, "cgroup_skb/egress attached"),
+        dns: entry(
+            Backend::CgroupSkbDns,
+            "questions stream through a ring buffer",
+        ),
+        exec_argv: entry(Backend::RawTpExec, "raw_tp/sched_process_exec loaded"),
+    }
+}
+
+/// The daemon's deployment in `namespace`: a DaemonSet whose controller
+/// (played here) has observed it and wants `nodes` scheduled, and one pod
+/// per node — bound for all but the last, which is pending and pinned by
+/// node affinity the way the DaemonSet controller pins its pods.
+async fn daemonset(
+    cluster: &LocalCluster,
+    client: &kube::Client,
+    namespace: &str,
+    nodes: &[&str],
+) -> Placement {
+    apply(
+        cluster,
+        &format!(
+            "apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: default, namespace: {namespace}}}
+"
+        ),
+    );
+    // A previous run's objects: pods are removed at once (no kubelet will
+    // confirm a graceful deletion), then the DaemonSet, so the new one has
+    // a fresh uid that no stale pod claims.
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    for p in pods.list(&Default::default()).await.unwrap() {
+        let _ = pods.delete(&p.metadata.name.unwrap(), &force).await;
+    }
+    let _ = cluster.kubectl_output(&[
+        "delete",
+        "daemonset",
+        "-n",
+        namespace,
+        "kyverno-runtime",
+        "--ignore-not-found",
+        "--wait",
+    ]);
+    apply(
+        cluster,
+        &format!(
+            "apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: kyverno-runtime, namespace: {namespace}}}
+spec:
+  selector: {{matchLabels: {{app: kyverno-runtime}}}}
+  template:
+    metadata: {{labels: {{app: kyverno-runtime}}}}
+    spec:
+      containers: [{{name: daemon, image: kyverno-runtime:test}}]
+"
+        ),
+    );
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
+    let ds = daemonsets.get("kyverno-runtime").await.unwrap();
+    let uid = ds.metadata.uid.clone().unwrap();
+    for (i, node) in nodes.iter().enumerate() {
+        let placement = if i + 1 < nodes.len() {
+            serde_json::json!({ "nodeName": node })
+        } else {
+            serde_json::json!({ "affinity": { "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": [
+                    { "matchFields": [
+                        { "key": "metadata.name", "operator": "In", "values": [node] }
+                    ] }
+                ] }
+            } } })
+        };
+        let mut spec = serde_json::json!({
+            "containers": [{ "name": "daemon", "image": "kyverno-runtime:test" }]
+        });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(placement.as_object().unwrap().clone());
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": format!("kyverno-runtime-{node}"),
+                "labels": { "app": "kyverno-runtime" },
+                "ownerReferences": [{
+                    "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "kyverno-runtime",
+                    "uid": uid, "controller": true
+                }]
+            },
+            "spec": spec
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    set_desired(
+        client,
+        namespace,
+        nodes.len(),
+        ds.metadata.generation.unwrap(),
+    )
+    .await;
+    Placement {
+        namespace: namespace.into(),
+        daemonset: "kyverno-runtime".into(),
+        pod_selector: Some("app=kyverno-runtime".into()),
+    }
+}
+
+/// What the DaemonSet controller writes: it has observed `generation` and
+/// wants `desired` pods scheduled.
+async fn set_desired(client: &kube::Client, namespace: &str, desired: usize, generation: i64) {
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
+    daemonsets
+        .patch_status(
+            "kyverno-runtime",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": {
+                "desiredNumberScheduled": desired,
+                "observedGeneration": generation,
+                "currentNumberScheduled": 0,
+                "numberMisscheduled": 0,
+                "numberReady": 0
+            } })),
+        )
+        .await
+        .unwrap();
+}
+
+/// Starts the real watches and waits until their view satisfies `ready`.
+/// The wait is bounded only so a broken watch fails the test instead of
+/// hanging it; nothing is asserted about how long it takes.
+async fn watch_cluster(
+    client: &kube::Client,
+    placement: Placement,
+    ready: impl FnMut(&ClusterView) -> bool,
+) -> (watch::Receiver<ClusterView>, tokio::task::JoinHandle<()>) {
+    let (watcher, mut rx) = ClusterWatcher::new(client.clone(), placement);
+    let task = tokio::spawn(watcher.run());
+    wait_view(&mut rx, ready).await;
+    (rx, task)
+}
+
+async fn wait_view(rx: &mut watch::Receiver<ClusterView>, ready: impl FnMut(&ClusterView) -> bool) {
+    tokio::time::timeout(Duration::from_secs(120), rx.wait_for(ready))
+        .await
+        .expect("the cluster view never reached the expected state")
+        .unwrap();
+}
+
+fn has_all(set: &Option<BTreeSet<String>>, names: &[&str]) -> bool {
+    set.as_ref()
+        .is_some_and(|s| names.iter().all(|n| s.contains(*n)))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_converge_then_a_deleted_node_is_pruned() {
     let cluster = cluster();
@@ -128,26 +331,39 @@ async fn three_nodes_converge_then_a_deleted_node_is_pruned() {
     }
     policy(cluster, "status-three-nodes");
     let client = client(cluster).await;
-    let view = ClusterView {
-        existing_nodes: Some(set(&nodes)),
-        expected_nodes: Some(set(&nodes)),
-    };
+    let placement = daemonset(cluster, &client, "krt-status-three", &nodes).await;
+    // The view the daemons act on comes from the real Node, DaemonSet and
+    // pod watches, not from the test.
+    let (mut rx, watch_task) = watch_cluster(&client, placement, |v| {
+        has_all(&v.existing_nodes, &nodes) && v.expected_nodes == Some(set(&nodes))
+    })
+    .await;
+    let view = rx.borrow().clone();
 
-    // Three nodes flush concurrently, many times each: node-b cannot enforce,
-    // only node-a has a matching pod.
+    // Three nodes flush concurrently, many times each: node-b cannot
+    // enforce (neither open/exec hook loads there), node-c fell back to
+    // fmod_ret, only node-a has a matching pod.
+    let mut b = shard(
+        false,
+        false,
+        Some("open/exec: no BPF-LSM or fmod_ret backend"),
+    );
+    b.shard.backends = backends(&plan(entry(
+        Backend::None,
+        "BPF-LSM: lsm/file_open: load refused: EPERM; fmod_ret: fmod_ret/security_file_open: attach refused: ENOTSUPP",
+    )));
+    let mut c = shard(true, false, None);
+    c.shard.backends = backends(&plan(entry(
+        Backend::FmodRet,
+        "fmod_ret/security_file_open loaded, attached and ran when triggered (BPF-LSM unavailable: bpf is not in the active LSM list (lockdown,capability))",
+    )));
+    let mut a = shard(true, true, None);
+    a.shard.backends = backends(&plan(entry(
+        Backend::BpfLsm,
+        "bpf is in the active LSM list",
+    )));
     let mut tasks = Vec::new();
-    for (node, report) in [
-        ("krt-node-a", shard(true, true, None)),
-        (
-            "krt-node-b",
-            shard(
-                false,
-                false,
-                Some("open/exec: no BPF-LSM or fmod_ret backend"),
-            ),
-        ),
-        ("krt-node-c", shard(true, false, None)),
-    ] {
+    for (node, report) in [("krt-node-a", a), ("krt-node-b", b), ("krt-node-c", c)] {
         let writer = StatusWriter::new(client.clone(), node);
         let view = view.clone();
         tasks.push(tokio::spawn(async move {
@@ -179,15 +395,7 @@ async fn three_nodes_converge_then_a_deleted_node_is_pruned() {
 
     let api: kube::Api<RuntimePolicy> = kube::Api::all(client.clone());
     let p = api.get("status-three-nodes").await.unwrap();
-    let shards: Vec<&str> = p
-        .status
-        .as_ref()
-        .unwrap()
-        .nodes
-        .iter()
-        .map(|s| s.node_name.as_str())
-        .collect();
-    assert_eq!(shards, nodes, "no shard lost to a conflict");
+    assert_eq!(shard_names(&p), nodes, "no shard lost to a conflict");
     let enforcement = condition(&p, "EnforcementAvailable").unwrap();
     assert_eq!(enforcement.status, "False");
     assert!(
@@ -196,7 +404,7 @@ async fn three_nodes_converge_then_a_deleted_node_is_pruned() {
         enforcement.message
     );
     assert!(
-        !enforcement.message.contains("krt-node-a"),
+        !enforcement.message.contains("krt-node-a") && !enforcement.message.contains("krt-node-c"),
         "{}",
         enforcement.message
     );
@@ -206,10 +414,48 @@ async fn three_nodes_converge_then_a_deleted_node_is_pruned() {
         (applied.status.as_str(), applied.reason.as_str()),
         ("False", "EnforcementAvailable")
     );
+    // The mixed cluster shows, per node, what serves exec and why.
+    let exec_backend = |node: &str| {
+        let shard = p
+            .status
+            .as_ref()
+            .unwrap()
+            .nodes
+            .iter()
+            .find(|s| s.node_name == node)
+            .unwrap();
+        let b = shard
+            .backends
+            .iter()
+            .find(|b| b.behavior == "exec")
+            .unwrap();
+        (b.backend.clone(), b.reason.clone().unwrap_or_default())
+    };
+    assert_eq!(
+        exec_backend("krt-node-a"),
+        ("bpf_lsm".into(), String::new())
+    );
+    let (backend, reason) = exec_backend("krt-node-c");
+    assert_eq!(backend, "fmod_ret");
+    assert!(
+        reason.contains("bpf is not in the active LSM list"),
+        "{reason}"
+    );
+    let (backend, reason) = exec_backend("krt-node-b");
+    assert_eq!(backend, "none");
+    assert!(reason.contains("attach refused: ENOTSUPP"), "{reason}");
+
     let table = cluster
-        .kubectl_ok(&["get", "rpol", "status-three-nodes", "--no-headers"])
+        .kubectl_ok(&["get", "rpol", "status-three-nodes"])
         .unwrap();
-    let row: Vec<&str> = table.split_whitespace().collect();
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        &header[..4],
+        ["NAME", "MODE", "APPLIED", "REASON"],
+        "{table}"
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(
         &row[..4],
         [
@@ -221,16 +467,33 @@ async fn three_nodes_converge_then_a_deleted_node_is_pruned() {
         "{table}"
     );
 
-    // node-b's Node object is deleted; once the Node watch reflects that,
-    // the next flush prunes its shard and the aggregate turns True.
+    // node-b leaves the cluster: its Node object is deleted, and the
+    // controllers (played here) remove its daemon pod and stop wanting
+    // one there. Once the watches reflect that, the next flush prunes its
+    // shard and the aggregate turns True.
     cluster
         .kubectl_ok(&["delete", "node", "krt-node-b"])
         .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "krt-status-three");
+    pods.delete(
+        "kyverno-runtime-krt-node-b",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .unwrap();
+    set_desired(&client, "krt-status-three", 2, 1).await;
     let remaining = ["krt-node-a", "krt-node-c"];
-    let view = ClusterView {
-        existing_nodes: Some(set(&remaining)),
-        expected_nodes: Some(set(&remaining)),
-    };
+    wait_view(&mut rx, |v| {
+        v.existing_nodes
+            .as_ref()
+            .is_some_and(|n| !n.contains("krt-node-b") && has_all(&v.existing_nodes, &remaining))
+            && v.expected_nodes == Some(set(&remaining))
+    })
+    .await;
+    let view = rx.borrow().clone();
     let writer = StatusWriter::new(client.clone(), "krt-node-a");
     let flushed = writer
         .flush("status-three-nodes", &shard(true, true, None), &view)
@@ -244,15 +507,7 @@ async fn three_nodes_converge_then_a_deleted_node_is_pruned() {
         "{flushed:?}"
     );
     let p = api.get("status-three-nodes").await.unwrap();
-    let shards: Vec<&str> = p
-        .status
-        .as_ref()
-        .unwrap()
-        .nodes
-        .iter()
-        .map(|s| s.node_name.as_str())
-        .collect();
-    assert_eq!(shards, remaining);
+    assert_eq!(shard_names(&p), remaining);
     assert_eq!(
         condition(&p, "EnforcementAvailable").unwrap().status,
         "True"
@@ -270,12 +525,187 @@ async fn three_nodes_converge_then_a_deleted_node_is_pruned() {
         .unwrap();
     assert_eq!(again.attempts, 0);
 
+    watch_task.abort();
     cluster
         .kubectl_ok(&["delete", "rpol", "status-three-nodes"])
         .unwrap();
     for n in remaining {
         let _ = cluster.kubectl_output(&["delete", "node", n]);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placed_node_that_has_not_reported_reads_unknown() {
+    let cluster = cluster();
+    let nodes = ["krt-unk-a", "krt-unk-b"];
+    for n in nodes {
+        node_object(cluster, n);
+    }
+    policy(cluster, "status-unreported");
+    let client = client(cluster).await;
+    // krt-unk-b's daemon pod is still pending: placed, not yet running.
+    let placement = daemonset(cluster, &client, "krt-status-unknown", &nodes).await;
+    let (rx, watch_task) = watch_cluster(&client, placement, |v| {
+        has_all(&v.existing_nodes, &nodes) && v.expected_nodes == Some(set(&nodes))
+    })
+    .await;
+    let view = rx.borrow().clone();
+
+    StatusWriter::new(client.clone(), "krt-unk-a")
+        .flush("status-unreported", &shard(true, true, None), &view)
+        .await
+        .unwrap();
+    let api: kube::Api<RuntimePolicy> = kube::Api::all(client.clone());
+    let p = api.get("status-unreported").await.unwrap();
+    let enforcement = condition(&p, "EnforcementAvailable").unwrap();
+    assert_eq!(enforcement.status, "Unknown", "{enforcement:?}");
+    assert!(
+        enforcement.message.contains("krt-unk-b"),
+        "{}",
+        enforcement.message
+    );
+    let applied = condition(&p, "Applied").unwrap();
+    assert_eq!(
+        (applied.status.as_str(), applied.reason.as_str()),
+        ("Unknown", "EnforcementAvailable")
+    );
+
+    StatusWriter::new(client.clone(), "krt-unk-b")
+        .flush("status-unreported", &shard(true, false, None), &view)
+        .await
+        .unwrap();
+    let p = api.get("status-unreported").await.unwrap();
+    assert_eq!(
+        condition(&p, "EnforcementAvailable").unwrap().status,
+        "True"
+    );
+    assert_eq!(condition(&p, "Applied").unwrap().status, "True");
+
+    watch_task.abort();
+    cluster
+        .kubectl_ok(&["delete", "rpol", "status-unreported"])
+        .unwrap();
+    for n in nodes {
+        let _ = cluster.kubectl_output(&["delete", "node", n]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flush_loop_persists_on_shutdown_and_reports_each_change() {
+    let cluster = cluster();
+    policy(cluster, "status-flush-loop");
+    let _ = cluster.kubectl_output(&["delete", "rpol", "status-flush-gone", "--ignore-not-found"]);
+    let client = client(cluster).await;
+    let (_view_tx, view) = watch::channel(ClusterView {
+        existing_nodes: Some(set(&["krt-loop-a"])),
+        expected_nodes: Some(set(&["krt-loop-a"])),
+    });
+    let reports = Reports::new();
+    reports.set("status-flush-loop", shard(true, true, None));
+    // A policy deleted after this node learned of it: skipped, not fatal.
+    reports.set("status-flush-gone", shard(true, true, None));
+    let seen: Arc<Mutex<Vec<(PolicyRef, Condition)>>> = Arc::default();
+    // An hour: the only flush this test can see is the one on shutdown.
+    let flush_loop = FlushLoop::new(
+        StatusWriter::new(client.clone(), "krt-loop-a"),
+        reports.clone(),
+        view,
+    )
+    .interval(Duration::from_secs(3600))
+    .on_condition_changed({
+        let seen = seen.clone();
+        move |policy, condition| {
+            seen.lock()
+                .unwrap()
+                .push((policy.clone(), condition.clone()))
+        }
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(flush_loop.run(async move {
+        let _ = stop_rx.await;
+    }));
+
+    let api: kube::Api<RuntimePolicy> = kube::Api::all(client.clone());
+    let before = api.get("status-flush-loop").await.unwrap();
+    assert!(
+        shard_names(&before).is_empty(),
+        "nothing written before an interval or shutdown"
+    );
+    stop_tx.send(()).unwrap();
+    running.await.unwrap();
+
+    let p = api.get("status-flush-loop").await.unwrap();
+    assert_eq!(
+        shard_names(&p),
+        ["krt-loop-a"],
+        "the shutdown flush persisted"
+    );
+    let applied = condition(&p, "Applied").unwrap();
+    assert_eq!(
+        (applied.status.as_str(), applied.reason.as_str()),
+        ("True", "Applied")
+    );
+    let seen = seen.lock().unwrap().clone();
+    let uid = p.metadata.uid.clone();
+    let mut types: Vec<&str> = seen
+        .iter()
+        .inspect(|(policy, _)| {
+            assert_eq!(
+                policy,
+                &PolicyRef {
+                    name: "status-flush-loop".into(),
+                    uid: uid.clone()
+                }
+            );
+        })
+        .map(|(_, c)| c.type_.as_str())
+        .collect();
+    types.sort_unstable();
+    assert_eq!(types, ["Applied", "EnforcementAvailable", "PodsMatched"]);
+
+    // The same report again persists nothing new, so nothing is reported;
+    // a compile failure changes Applied alone.
+    let notified: Arc<Mutex<Vec<Condition>>> = Arc::default();
+    let (_view_tx, view) = watch::channel(ClusterView {
+        existing_nodes: Some(set(&["krt-loop-a"])),
+        expected_nodes: Some(set(&["krt-loop-a"])),
+    });
+    reports.remove("status-flush-gone");
+    let flush_loop = FlushLoop::new(
+        StatusWriter::new(client.clone(), "krt-loop-a"),
+        reports.clone(),
+        view,
+    )
+    .on_condition_changed({
+        let notified = notified.clone();
+        move |_, condition| notified.lock().unwrap().push(condition.clone())
+    });
+    let results = flush_loop.flush_all().await;
+    assert!(
+        results
+            .iter()
+            .all(|(_, r)| r.as_ref().is_ok_and(|f| f.attempts == 0)),
+        "{results:?}"
+    );
+    assert!(notified.lock().unwrap().is_empty());
+    reports.update("status-flush-loop", |r| {
+        r.compile_error = Some("spec.behaviors[0]: boom".into())
+    });
+    flush_loop.flush_all().await;
+    let notified = notified.lock().unwrap().clone();
+    assert_eq!(notified.len(), 1, "{notified:?}");
+    assert_eq!(
+        (
+            notified[0].type_.as_str(),
+            notified[0].status.as_str(),
+            notified[0].reason.as_str()
+        ),
+        ("Applied", "False", "CompileFailed")
+    );
+
+    cluster
+        .kubectl_ok(&["delete", "rpol", "status-flush-loop"])
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -331,6 +761,15 @@ async fn a_selector_matching_nothing_and_a_compile_failure_read_as_such() {
             applied.message.as_str()
         ),
         ("False", "CompileFailed", message.as_str())
+    );
+    let table = cluster
+        .kubectl_ok(&["get", "rpol", "status-compile-failed", "--no-headers"])
+        .unwrap();
+    let row: Vec<&str> = table.split_whitespace().collect();
+    assert_eq!(
+        &row[..4],
+        ["status-compile-failed", "enforce", "False", "CompileFailed"],
+        "{table}"
     );
 
     for name in ["status-no-pods", "status-compile-failed"] {
