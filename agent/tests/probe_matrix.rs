@@ -13,7 +13,7 @@
 use kyverno_runtime_compat::{Backend, ProbeReport, ProgramId};
 use std::path::PathBuf;
 use std::time::Duration;
-use vmtest::{Cache, LsmMode, Workload};
+use vmtest::{Cache, KernelSeries, LsmMode, Workload};
 
 const DEFAULT_KERNELS: &str = "5.10,6.1,6.12,7.x";
 
@@ -36,11 +36,16 @@ fn guest_binary() -> PathBuf {
 }
 
 /// What a configuration must give, or the first difference.
-fn check(lsm: LsmMode, report: &ProbeReport) -> Result<(), String> {
+///
+/// 5.10 is the one kernel whose BPF-LSM cannot serve open/exec even with
+/// `bpf` in `lsm=`: LSM programs may not call `bpf_d_path` before 5.11, so
+/// the probe's LSM program is refused at load and the plan is fmod_ret.
+fn check(series: KernelSeries, lsm: LsmMode, report: &ProbeReport) -> Result<(), String> {
     let plan = &report.plan;
+    let no_d_path_in_lsm = series == KernelSeries::V5_10;
     let want = match lsm {
-        LsmMode::Bpf => Backend::BpfLsm,
-        LsmMode::NoBpf => Backend::FmodRet,
+        LsmMode::Bpf if !no_d_path_in_lsm => Backend::BpfLsm,
+        _ => Backend::FmodRet,
     };
     for (name, entry) in [("open", &plan.open), ("exec", &plan.exec)] {
         if entry.backend != want || !entry.available {
@@ -52,6 +57,18 @@ fn check(lsm: LsmMode, report: &ProbeReport) -> Result<(), String> {
     }
     let lsm_probe = report.measurements.program(ProgramId::LsmFileOpen);
     match lsm {
+        LsmMode::Bpf if no_d_path_in_lsm => {
+            let refused = lsm_probe.failure.as_ref().is_some_and(|f| {
+                f.verifier_log
+                    .as_deref()
+                    .is_some_and(|log| log.contains("helper call is not allowed"))
+            });
+            if !refused {
+                return Err(format!(
+                    "lsm/file_open (with bpf_d_path) should be refused by the 5.10 verifier: {lsm_probe:?}"
+                ));
+            }
+        }
         LsmMode::Bpf if lsm_probe.runs != Some(true) => {
             return Err(format!(
                 "lsm/file_open did not run with bpf in lsm=: {lsm_probe:?}"
@@ -135,7 +152,7 @@ fn every_kernel_gives_the_plan_it_must() {
             // Visible in the log: a guest crash is retried once, never hidden.
             println!("{label}: booted again after: {}", retried.join("; "));
         }
-        match verdict.and_then(|r| check(entry.lsm, &r).map(|()| r)) {
+        match verdict.and_then(|r| check(entry.series, entry.lsm, &r).map(|()| r)) {
             Ok(r) => {
                 let p = &r.plan;
                 rows.push(format!(

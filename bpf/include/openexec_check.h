@@ -193,11 +193,13 @@ static __always_inline int krt_oe_unmatched_by_name(struct file *file, struct kr
 	/* The root of a mount (a file bind-mounted over another, as the
 	 * kubelet mounts /etc/hosts and subPath volumes) is named by its
 	 * mountpoint in the path, not by its own dentry: resolve it. */
-	dentry = BPF_CORE_READ(file, f_path.dentry);
-	if (dentry == BPF_CORE_READ(file, f_path.mnt, mnt_root))
+	/* Direct loads through the hook's BTF pointers (CO-RE relocated by
+	 * vmlinux.h's preserve_access_index): no helper call per field. */
+	dentry = file->f_path.dentry;
+	if (!dentry || dentry == file->f_path.mnt->mnt_root)
 		return 0;
-	len = BPF_CORE_READ(dentry, d_name.len);
-	name = BPF_CORE_READ(dentry, d_name.name);
+	len = dentry->d_name.len;
+	name = dentry->d_name.name;
 	if (len == 0 || len >= KRT_OE_NAME_LEN)
 		return 0;
 #pragma unroll

@@ -38,7 +38,7 @@ int BPF_PROG(krt_oe_fmod_ret_file_open, struct file *file, int ret)
 	/* An earlier fmod_ret program already refused: keep its answer. */
 	if (ret)
 		return ret;
-	exec = (BPF_CORE_READ(file, f_flags) & KRT___FMODE_EXEC) != 0;
+	exec = (file->f_flags & KRT___FMODE_EXEC) != 0;
 	/* A stale stash for a recycled struct file must never be consumed. */
 	if (exec)
 		bpf_map_delete_elem(&oe_pending, &key);
@@ -72,7 +72,7 @@ int BPF_PROG(krt_oe_fmod_ret_file_open, struct file *file, int ret)
 SEC("fmod_ret/security_bprm_check")
 int BPF_PROG(krt_oe_fmod_ret_bprm_check, struct linux_binprm *bprm, int ret)
 {
-	__u64 key = (__u64)BPF_CORE_READ(bprm, file);
+	__u64 key = (__u64)bprm->file;
 	struct krt_oe_pending *p;
 	struct krt_oe_config *cfg;
 	struct krt_oe_stats *st;

@@ -6,7 +6,8 @@
  * fmod_ret may override the return value of security_* functions. Returning
  * 0 keeps the original return value, so the probe never denies anything.
  * Like the LSM probe it counts invocations by one target process so
- * userspace can tell "attached" from "ran".
+ * userspace can tell "attached" from "ran". It calls bpf_d_path, as the
+ * real open/exec object does.
  */
 #include "common.h"
 
@@ -16,12 +17,17 @@ const volatile __u32 target_tgid = 0;
 /* Invocations of the hook by target_tgid. */
 __u64 run_count = 0;
 
+/* Where the probe resolves the path (only to prove it may). */
+char probe_path[64] = {};
+
 SEC("fmod_ret/security_file_open")
 int BPF_PROG(krt_probe_fmod_ret_file_open, struct file *file)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
-	if (target_tgid != 0 && tgid == target_tgid)
+	if (target_tgid != 0 && tgid == target_tgid) {
 		__sync_fetch_and_add(&run_count, 1);
+		bpf_d_path(&file->f_path, probe_path, sizeof(probe_path));
+	}
 	return 0;
 }

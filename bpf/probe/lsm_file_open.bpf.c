@@ -7,8 +7,10 @@
  * invocations for one target process and userspace checks the counter after
  * opening a file. It always returns 0: a probe must never deny anything.
  *
- * Kept minimal for the oldest supported verifier (5.10): only
- * bpf_get_current_pid_tgid and an atomic add on global data.
+ * It resolves the opened file's path with bpf_d_path, as the real open/exec
+ * object (bpf/openexec/) must: LSM programs may call it only from Linux
+ * 5.11, so on 5.10 this probe is refused with the verifier's reason and the
+ * plan falls back to fmod_ret, as the daemon would have to.
  */
 #include "common.h"
 
@@ -18,12 +20,17 @@ const volatile __u32 target_tgid = 0;
 /* Invocations of the hook by target_tgid. */
 __u64 run_count = 0;
 
+/* Where the probe resolves the path (only to prove it may). */
+char probe_path[64] = {};
+
 SEC("lsm/file_open")
 int BPF_PROG(krt_probe_lsm_file_open, struct file *file)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
-	if (target_tgid != 0 && tgid == target_tgid)
+	if (target_tgid != 0 && tgid == target_tgid) {
 		__sync_fetch_and_add(&run_count, 1);
+		bpf_d_path(&file->f_path, probe_path, sizeof(probe_path));
+	}
 	return 0;
 }

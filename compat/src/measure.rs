@@ -109,7 +109,10 @@ impl Outcome {
     /// One line saying why the kind is not usable, for plan reasons.
     pub fn refusal(&self, what: &str) -> String {
         match &self.failure {
-            Some(f) => format!("{what}: {}", f.message),
+            Some(f) => match f.verifier_reason() {
+                Some(why) => format!("{what}: {} (verifier: {why})", f.message),
+                None => format!("{what}: {}", f.message),
+            },
             None if self.runs == Some(false) => {
                 format!("{what} loaded and attached but never ran when triggered")
             }
@@ -132,6 +135,22 @@ pub struct ProbeFailure {
     pub message: String,
     /// The tail of the verifier and libbpf log captured during a failed load.
     pub verifier_log: Option<String>,
+}
+
+impl ProbeFailure {
+    /// The verifier's own reason in the captured log: the line before its
+    /// "processed N insns" summary, e.g. "helper call is not allowed in
+    /// probe" (5.10 refusing bpf_d_path in an LSM program).
+    pub fn verifier_reason(&self) -> Option<&str> {
+        let log = self.verifier_log.as_deref()?;
+        let lines: Vec<&str> = log.lines().collect();
+        let at = lines.iter().position(|l| l.starts_with("processed "))?;
+        lines[..at]
+            .iter()
+            .rev()
+            .map(|l| l.trim())
+            .find(|l| !l.is_empty())
+    }
 }
 
 impl From<&ProbeError> for ProbeFailure {

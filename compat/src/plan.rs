@@ -224,7 +224,7 @@ pub fn derive_plan(m: &Measurements, overrides: &Overrides) -> Plan {
     let mut exec = open.clone();
     if exec.backend == Backend::FmodRet {
         exec.reason.push_str(
-            "; an exec is told apart by the exec bit in the file flags on security_file_open",
+            "; an exec is decided where the kernel opens the file for execution (the exec bit in its flags) and enforced at security_bprm_check",
         );
     }
 
