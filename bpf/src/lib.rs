@@ -16,6 +16,7 @@
 //! [`BPF_OBJECTS_BUILT`] is then `false` and every probe fails with
 //! "built without BPF objects: install clang and rebuild".
 
+pub mod cgroup_attach;
 pub mod dns;
 pub mod egress;
 #[cfg(not(krt_bpf_stub))]

@@ -10,6 +10,7 @@
 //! - [`lsm`]: the kernel backends for open and exec (BPF-LSM and
 //!   fmod_ret), over `kyverno-runtime-bpf`'s open/exec object.
 
+pub mod egress;
 pub mod fake;
 pub mod lsm;
 pub mod openexec;

@@ -318,9 +318,46 @@ impl DnsObserver {
     /// `cgroup_dir` (and its descendants). It stays attached while the link
     /// lives. Only admitted cgroups produce records.
     pub fn attach(&self, cgroup_dir: &Path) -> Result<DnsLink> {
-        self.inner
-            .attach(cgroup_dir)
-            .map(|inner| DnsLink { _inner: inner })
+        let cgroup_id = crate::cgroup_attach::cgroup_id(cgroup_dir).map_err(|e| match e {
+            crate::cgroup_attach::AttachError::Cgroup {
+                path,
+                errno,
+                message,
+            }
+            | crate::cgroup_attach::AttachError::Attach {
+                path,
+                errno,
+                message,
+                ..
+            } => DnsError::Cgroup {
+                path,
+                errno,
+                message,
+            },
+        })?;
+        self.inner.attach(cgroup_dir).map(|inner| DnsLink {
+            cgroup_id,
+            _inner: inner,
+        })
+    }
+
+    /// Attaches to `cgroup_dir`, *then* admits its cgroup to the gate (the
+    /// specification's order: a cgroup whose attach failed never sits in
+    /// the gate reading as observed while producing nothing). If the admit
+    /// fails the link is dropped again and the error returned.
+    pub fn attach_admitted(&self, cgroup_dir: &Path) -> Result<DnsLink> {
+        let link = self.attach(cgroup_dir)?;
+        self.admit(link.cgroup_id)?;
+        Ok(link)
+    }
+
+    /// Revokes the cgroup of `link` from the gate, *then* detaches it (an
+    /// id admitted after its link is gone is harmless; a link left open
+    /// after revocation runs the program for nothing). Returns whether it
+    /// was admitted; the link is dropped even if the revoke fails.
+    pub fn revoke_and_detach(&self, link: DnsLink) -> Result<bool> {
+        // `link` is dropped (detached) when this returns: after the revoke.
+        self.revoke(link.cgroup_id)
     }
 
     /// A reader of the question ring buffer. Each reader consumes what it
@@ -344,8 +381,17 @@ impl DnsObserver {
 /// The observer's attachment to one cgroup; detached on drop.
 #[derive(Debug)]
 pub struct DnsLink {
+    /// The cgroup's id (its directory's inode when attached).
+    cgroup_id: u64,
     // Held for its drop, which detaches.
     _inner: imp::Link,
+}
+
+impl DnsLink {
+    /// The id of the cgroup attached to.
+    pub fn cgroup_id(&self) -> u64 {
+        self.cgroup_id
+    }
 }
 
 /// Reads and decodes the question ring buffer.

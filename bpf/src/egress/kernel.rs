@@ -8,10 +8,12 @@
 //! supplies every layout (`key.rs`). No `unsafe` here.
 
 use std::collections::HashSet;
+use std::path::Path;
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle, Object, ObjectBuilder, ProgramInput};
 
 use super::{key, EgressError, FilterFlags, Observation, Prefix, Result, Stats, Verdict};
+use crate::cgroup_attach::{attach_egress, CgroupLink};
 use crate::libbpf_log::Capture;
 use crate::skel::egress::egress_filter;
 use crate::sys::{errno, lacks_lookup_and_delete};
@@ -266,6 +268,23 @@ impl Filter {
             .map_err(|e| map.err("lookup", &e))?;
         map.delete(raw)?;
         Ok(value)
+    }
+
+    pub(super) fn attach(&self, dir: &Path) -> Result<CgroupLink> {
+        let program = self.program().ok_or_else(|| EgressError::Load {
+            errno: None,
+            message: format!("the object has no program {PROGRAM}"),
+            verifier_log: None,
+        })?;
+        Ok(attach_egress(&program, PROGRAM, dir)?)
+    }
+
+    pub(super) fn test_run_repeat(&self, frame: &[u8], repeat: u32) -> Result<super::TimedRun> {
+        let program = self.program().ok_or_else(|| EgressError::TestRun {
+            errno: None,
+            message: format!("the object has no program {PROGRAM}"),
+        })?;
+        super::bench::timed(&program, frame, repeat)
     }
 
     pub(super) fn test_run(&self, frame: &[u8]) -> Result<u32> {

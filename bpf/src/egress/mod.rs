@@ -51,7 +51,11 @@
 //! [`EgressError::NotBuilt`]; the pure parts ([`Prefix`], the types) work.
 
 use std::net::IpAddr;
+use std::path::Path;
 
+use crate::cgroup_attach::{AttachError, CgroupLink};
+
+mod bench;
 mod prefix;
 
 #[cfg(not(krt_bpf_stub))]
@@ -66,6 +70,7 @@ use kernel as imp;
 #[cfg(krt_bpf_stub)]
 use stub as imp;
 
+pub use bench::{FloorProgram, TimedRun};
 pub use prefix::Prefix;
 
 /// Result of the egress filter's operations.
@@ -260,6 +265,9 @@ pub enum EgressError {
         /// What was unexpected.
         what: String,
     },
+    /// Attaching the program to a cgroup failed.
+    #[error(transparent)]
+    Attach(#[from] AttachError),
 }
 
 impl EgressError {
@@ -276,14 +284,17 @@ impl EgressError {
             Self::ParsePrefix { .. } => "parse_prefix",
             Self::InvalidCgroupId => "invalid_cgroup_id",
             Self::Layout { .. } => "layout",
+            Self::Attach(AttachError::Cgroup { .. }) => "cgroup",
+            Self::Attach(AttachError::Attach { .. }) => "attach",
         }
     }
 }
 
 /// The loaded egress filter: its program and maps.
 ///
-/// Nothing is attached: the program runs only where the caller attaches it
-/// (a later change) or through [`Self::test_run`]. Every method takes
+/// Nothing is attached at load: the program runs where
+/// [`Self::attach_cgroup`] (or [`Self::attach`]) puts it, and through
+/// [`Self::test_run`]. Every method takes
 /// `&self` (map updates are atomic per entry in the kernel), and the handle
 /// is `Send + Sync`, so one filter can be shared by the tasks that program
 /// it. Dropping it unloads the program and frees every map not held
@@ -354,6 +365,46 @@ impl EgressFilter {
         self.inner.drain_observations()
     }
 
+    /// Attaches the program to the egress of the cgroup v2 directory `dir`
+    /// (and its descendants) as a multi-attach BPF link, programming
+    /// nothing: packets of cgroups not in the filter map pass after one
+    /// lookup. Prefer [`Self::attach_cgroup`], which orders the map entry
+    /// before the link.
+    pub fn attach(&self, dir: &Path) -> Result<CgroupLink> {
+        self.inner.attach(dir)
+    }
+
+    /// Programs cgroup `dir` (its id, the directory's inode) to set
+    /// `set_id` with `flags`, *then* attaches the program to it: the first
+    /// packet that runs the program already finds the set. The set's
+    /// entries should be inserted before. If the attach fails the map
+    /// entry is removed again and the error returned, so a cgroup never
+    /// reads as filtered while nothing filters it.
+    pub fn attach_cgroup(&self, dir: &Path, set_id: u32, flags: FilterFlags) -> Result<CgroupLink> {
+        let id = crate::cgroup_attach::cgroup_id(dir)?;
+        self.set_filter(id, set_id, flags)?;
+        match self.attach(dir) {
+            Ok(link) => Ok(link),
+            Err(e) => {
+                // Best effort: the attach error is the one to report; a
+                // failed removal leaves an entry no program reads.
+                let _ = self.remove_cgroup(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Revokes the cgroup of `link` from the filter map, *then* detaches
+    /// the link (the specification's revoke-before-detach order). Returns
+    /// whether the cgroup was in the map. The link is dropped even when the
+    /// revoke fails (the error is returned): a link left open would keep
+    /// running the program on a cgroup the caller is done with.
+    pub fn detach_cgroup(&self, link: CgroupLink) -> Result<bool> {
+        let revoked = self.remove_cgroup(link.cgroup_id());
+        drop(link);
+        revoked
+    }
+
     /// Runs the program once on `frame` with `BPF_PROG_TEST_RUN` and
     /// returns its verdict: 1 pass, 0 drop.
     ///
@@ -366,6 +417,14 @@ impl EgressFilter {
     /// real packet.
     pub fn test_run(&self, frame: &[u8]) -> Result<u32> {
         self.inner.test_run(frame)
+    }
+
+    /// Runs the program `repeat` times on `frame` with `BPF_PROG_TEST_RUN`
+    /// and returns the last verdict and the kernel's mean time per run
+    /// (for benchmarks; compare with [`FloorProgram`]). Counters count
+    /// every run.
+    pub fn test_run_repeat(&self, frame: &[u8], repeat: u32) -> Result<TimedRun> {
+        self.inner.test_run_repeat(frame, repeat)
     }
 }
 

@@ -9,6 +9,7 @@
 
 use std::collections::HashSet;
 use std::mem::offset_of;
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use libbpf_rs::{
@@ -16,6 +17,7 @@ use libbpf_rs::{
 };
 
 use super::{key, ProtoEvent, ProtoFlags, ProtoKey, ProtoStats, ProtocolError, Result, Verdict};
+use crate::cgroup_attach::{attach_egress, CgroupLink};
 use crate::libbpf_log::Capture;
 use crate::skel::protocol::classifier::{types, OBJECT};
 use crate::sys::{errno, ENOTSUPP};
@@ -295,6 +297,38 @@ impl Classifier {
         let value = self.events.lookup(raw)?;
         self.events.delete(raw)?;
         Ok(value)
+    }
+
+    pub(super) fn attach(&self, dir: &Path) -> Result<CgroupLink> {
+        let program = self
+            .program()
+            .ok_or_else(|| load_err(format!("the object has no program {PROGRAM}")))?;
+        Ok(attach_egress(&program, PROGRAM, dir)?)
+    }
+
+    pub(super) fn test_run_repeat(
+        &self,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<crate::egress::TimedRun> {
+        let program = self
+            .program()
+            .ok_or_else(|| load_err(format!("the object has no program {PROGRAM}")))?;
+        let input = ProgramInput {
+            data_in: Some(frame),
+            repeat,
+            ..ProgramInput::default()
+        };
+        program
+            .test_run(input)
+            .map(|out| crate::egress::TimedRun {
+                verdict: out.return_value,
+                per_run: out.duration,
+            })
+            .map_err(|e| ProtocolError::TestRun {
+                errno: errno(&e),
+                message: format!("{e:#}"),
+            })
     }
 
     pub(super) fn test_run(&self, frame: &[u8]) -> Result<u32> {

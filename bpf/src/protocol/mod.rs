@@ -68,7 +68,10 @@
 //! with [`ProtocolError::NotBuilt`]; the pure parts (the key types) work.
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
+
+use crate::cgroup_attach::{AttachError, CgroupLink};
 
 #[cfg(not(krt_bpf_stub))]
 mod kernel;
@@ -514,6 +517,9 @@ pub enum ProtocolError {
         /// What was unexpected.
         what: String,
     },
+    /// Attaching the program to a cgroup failed.
+    #[error(transparent)]
+    Attach(#[from] AttachError),
 }
 
 impl ProtocolError {
@@ -531,14 +537,17 @@ impl ProtocolError {
             Self::AlpnNotApplicable { .. } => "alpn_not_applicable",
             Self::InvalidCgroupId => "invalid_cgroup_id",
             Self::Layout { .. } => "layout",
+            Self::Attach(AttachError::Cgroup { .. }) => "cgroup",
+            Self::Attach(AttachError::Attach { .. }) => "attach",
         }
     }
 }
 
 /// The loaded classifier: its program and maps.
 ///
-/// Nothing is attached: the program runs only where the caller attaches it
-/// or through [`Self::test_run`]. Every method takes `&self` (map updates
+/// Nothing is attached at load: the program runs where
+/// [`Self::attach_cgroup`] (or [`Self::attach`]) puts it, and through
+/// [`Self::test_run`]. Every method takes `&self` (map updates
 /// are atomic per entry in the kernel; rule changes are serialized with
 /// their generation bump), and the handle is `Send + Sync`. Dropping it
 /// unloads the program and frees every map not held elsewhere.
@@ -605,6 +614,41 @@ impl ProtocolClassifier {
         self.inner.drain_events()
     }
 
+    /// Attaches the program to the egress of the cgroup v2 directory `dir`
+    /// (and its descendants) as a multi-attach BPF link, programming
+    /// nothing (ungated cgroups pass after one lookup). Prefer
+    /// [`Self::attach_cgroup`].
+    pub fn attach(&self, dir: &Path) -> Result<CgroupLink> {
+        self.inner.attach(dir)
+    }
+
+    /// Gates cgroup `dir` (its id, the directory's inode) to rule set
+    /// `set_id` with `flags`, *then* attaches the program, so the first
+    /// packet it classifies already finds its rules (which should be
+    /// inserted before). A failed attach removes the gate entry again.
+    pub fn attach_cgroup(&self, dir: &Path, set_id: u32, flags: ProtoFlags) -> Result<CgroupLink> {
+        let id = crate::cgroup_attach::cgroup_id(dir)?;
+        self.set_filter(id, set_id, flags)?;
+        match self.attach(dir) {
+            Ok(link) => Ok(link),
+            Err(e) => {
+                // The attach error is the one to report; a leftover gate
+                // entry is read by no program.
+                let _ = self.remove_cgroup(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Revokes the cgroup of `link` from the gate, *then* detaches it.
+    /// Returns whether it was gated; the link is dropped even if the
+    /// revoke fails (whose error is returned).
+    pub fn detach_cgroup(&self, link: CgroupLink) -> Result<bool> {
+        let revoked = self.remove_cgroup(link.cgroup_id());
+        drop(link);
+        revoked
+    }
+
     /// Runs the program once on `frame` with `BPF_PROG_TEST_RUN` and
     /// returns its verdict: 1 pass, 0 drop.
     ///
@@ -618,6 +662,14 @@ impl ProtocolClassifier {
     /// events and the flow cache are updated as for a real packet.
     pub fn test_run(&self, frame: &[u8]) -> Result<u32> {
         self.inner.test_run(frame)
+    }
+
+    /// Runs the program `repeat` times on `frame` with `BPF_PROG_TEST_RUN`
+    /// and returns the last verdict and the kernel's mean time per run
+    /// (for benchmarks). The first run classifies the flow; later runs of
+    /// the same frame hit the flow cache.
+    pub fn test_run_repeat(&self, frame: &[u8], repeat: u32) -> Result<crate::egress::TimedRun> {
+        self.inner.test_run_repeat(frame, repeat)
     }
 }
 

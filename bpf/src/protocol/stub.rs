@@ -2,7 +2,10 @@
 //! `KRT_BPF_STUB=1`): loading fails at once, saying how to get a real
 //! build, so no handle can exist and every other method is unreachable.
 
+use std::path::Path;
+
 use super::{ProtoEvent, ProtoFlags, ProtoKey, ProtoStats, ProtocolError, Result, Verdict};
+use crate::cgroup_attach::CgroupLink;
 
 /// Uninhabited: [`Classifier::load`] never returns one.
 #[derive(Debug)]
@@ -38,6 +41,14 @@ impl Classifier {
     }
 
     pub(super) fn test_run(&self, _: &[u8]) -> Result<u32> {
+        match *self {}
+    }
+
+    pub(super) fn attach(&self, _: &Path) -> Result<CgroupLink> {
+        match *self {}
+    }
+
+    pub(super) fn test_run_repeat(&self, _: &[u8], _: u32) -> Result<crate::egress::TimedRun> {
         match *self {}
     }
 }

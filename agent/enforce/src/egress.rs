@@ -1,0 +1,1923 @@
+//! The network egress behavior: its kernel backend ([`EgressEnforcer`],
+//! over `kyverno-runtime-bpf`'s cgroup_skb egress filter) and its manager
+//! ([`EgressManager`]: RuntimePolicies and pods in, programs and bindings
+//! out).
+//!
+//! # Union in userspace
+//!
+//! The kernel filter holds one *set* per container cgroup (allow and deny
+//! LPM tries of any prefix length, IPv4 and IPv6, and the default-deny and
+//! observe flags). The seam is policy-level, so the backend computes each
+//! cgroup's set as the union of the policies bound to it: every allow
+//! prefix of any bound enforce policy, every deny prefix, default deny
+//! while at least one bound enforce policy is default deny, observe while
+//! at least one bound policy observes (both are counts, see
+//! [`EgressEnforcer::flag_counts`]). The kernel's verdict on that union
+//! (deny > allow > default deny > unmatched) is exactly the seam's
+//! precedence over the bound policies.
+//!
+//! # Ordering
+//!
+//! A cgroup's first binding programs its set and flags, *then* attaches
+//! the program to the cgroup's directory (which the manager registers
+//! through [`CgroupPaths`]); its last unbinding revokes it from the filter
+//! map, *then* detaches, then clears the set. Within a change the backend
+//! tightens first and loosens last: deny entries added, allow entries
+//! removed, default deny raised, allow entries added, flags lowered, deny
+//! entries removed.
+//!
+//! # Values
+//!
+//! A network value is an address or a CIDR of any length ([`Prefix`]).
+//! Service names and other domain names need name resolution, which is not
+//! supported yet: they are refused as [`EgressRejection`]s with their field
+//! path, counted ([`EgressManager::rejected_total`]) and kept for the
+//! policy's status, never dropped silently.
+//!
+//! # Limits
+//!
+//! - Nothing is pinned: [`Enforcer::held`] reports only this process's
+//!   state, so a restart starts empty (and the old process's links go with
+//!   its fds).
+//! - Per-destination observations are counted only for cgroups bound to an
+//!   observe policy; refusals of enforce-only cgroups are counted in the
+//!   filter's node-wide [`Stats`](kyverno_runtime_bpf::egress::Stats), not
+//!   per destination.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kyverno_runtime_bpf::cgroup_attach::{CgroupAttachments, CgroupLink};
+use kyverno_runtime_bpf::egress::{
+    self as bpf, EgressError, EgressFilter, FilterFlags, Prefix, Verdict,
+};
+use kyverno_runtime_compat::{Backend, Behavior};
+use kyverno_runtime_policy::selector::PodTarget;
+use kyverno_runtime_policy::values::{parse_network, NetworkTarget, Reason, ValueError, STAR};
+
+use crate::fake::FakeEnforcer;
+use crate::openexec::{BehaviorLists, Mode, Step};
+use crate::seam::{
+    CgroupId, Decision, EnforceError, Enforcer, Held, Observation, PolicyId, Program, ProgramDiff,
+    Result, Rules,
+};
+
+const BEHAVIOR: &str = "network";
+
+// ---- values -------------------------------------------------------------------------
+
+/// Why a network value was not programmed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The value is not a valid network value (the parser's reason).
+    Invalid(Reason),
+    /// A cluster Service name (`name.namespace.svc`): its addresses would
+    /// come from the API, which this backend does not follow yet.
+    ServiceNeedsResolution,
+    /// A domain name: its addresses would be learned from DNS answers,
+    /// which this backend does not snoop yet.
+    DomainNeedsResolution,
+}
+
+/// A network value the kernel map cannot hold: where it was, what it was
+/// and why. The rest of the list is programmed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressRejection {
+    /// The field path, such as `spec.behaviors[0].network.deny`.
+    pub path: String,
+    /// The value as written.
+    pub value: String,
+    /// Why it was refused.
+    pub reason: RejectReason,
+}
+
+impl EgressRejection {
+    fn invalid(e: ValueError) -> Self {
+        Self {
+            path: e.path,
+            value: e.value,
+            reason: RejectReason::Invalid(e.reason),
+        }
+    }
+
+    /// Whether it was refused only because names are not resolved yet
+    /// (the value itself is well-formed).
+    pub fn needs_name_resolution(&self) -> bool {
+        matches!(
+            self.reason,
+            RejectReason::ServiceNeedsResolution | RejectReason::DomainNeedsResolution
+        )
+    }
+}
+
+impl fmt::Display for EgressRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.reason {
+            RejectReason::Invalid(reason) => {
+                write!(
+                    f,
+                    "{}: {:?} is not programmed: {reason}",
+                    self.path, self.value
+                )
+            }
+            RejectReason::ServiceNeedsResolution => write!(
+                f,
+                "{}: Service {:?} needs name resolution (not yet supported)",
+                self.path, self.value
+            ),
+            RejectReason::DomainNeedsResolution => write!(
+                f,
+                "{}: domain {:?} needs name resolution (not yet supported)",
+                self.path, self.value
+            ),
+        }
+    }
+}
+
+/// The [`Prefix`] a parsed network value programs, or why it cannot.
+fn prefix_of(target: &NetworkTarget, path: &str, value: &str) -> Result<Prefix, EgressRejection> {
+    let reject = |reason| EgressRejection {
+        path: path.to_owned(),
+        value: value.to_owned(),
+        reason,
+    };
+    match target {
+        NetworkTarget::Ip(addr) => Ok(Prefix::host(*addr)),
+        NetworkTarget::Cidr(c) => Prefix::new(c.addr(), c.prefix_len())
+            // The policy crate checked the length against the family.
+            .map_err(|_| reject(RejectReason::Invalid(Reason::BadCidrAddress))),
+        NetworkTarget::Service { .. } => Err(reject(RejectReason::ServiceNeedsResolution)),
+        NetworkTarget::Domain(_) => Err(reject(RejectReason::DomainNeedsResolution)),
+        // Handled by the caller (alone in deny it is the default deny).
+        NetworkTarget::Any => Err(reject(RejectReason::Invalid(Reason::StarNotAlone))),
+    }
+}
+
+/// Compiles a `network` behavior's lists for `mode`: the program (none when
+/// there is nothing to hold) and the values refused, in list order.
+///
+/// Monitor mode parses the values too (their rejections belong on the
+/// status either way) but programs [`Program::Observe`].
+pub fn compile_network(
+    mode: Mode,
+    lists: Option<&BehaviorLists>,
+) -> (Option<Program<Prefix>>, Vec<EgressRejection>) {
+    let Some(lists) = lists else {
+        return (None, Vec::new());
+    };
+    let mut rejections = Vec::new();
+    let mut rules = Rules::default();
+    let allow_at = lists.field.field("allow");
+    for value in &lists.allow {
+        if value == STAR {
+            rejections.push(EgressRejection::invalid(ValueError::new(
+                &allow_at,
+                value,
+                Reason::StarInAllow,
+            )));
+            continue;
+        }
+        match parse_network(value, &allow_at)
+            .map_err(EgressRejection::invalid)
+            .and_then(|t| prefix_of(&t, allow_at.as_str(), value))
+        {
+            Ok(p) => {
+                rules.allow.insert(p);
+            }
+            Err(r) => rejections.push(r),
+        }
+    }
+    let deny_at = lists.field.field("deny");
+    for value in &lists.deny {
+        if value == STAR {
+            if lists.deny.len() == 1 {
+                rules.default_deny = true;
+            } else {
+                rejections.push(EgressRejection::invalid(ValueError::new(
+                    &deny_at,
+                    value,
+                    Reason::StarNotAlone,
+                )));
+            }
+            continue;
+        }
+        match parse_network(value, &deny_at)
+            .map_err(EgressRejection::invalid)
+            .and_then(|t| prefix_of(&t, deny_at.as_str(), value))
+        {
+            Ok(p) => {
+                rules.deny.insert(p);
+            }
+            Err(r) => rejections.push(r),
+        }
+    }
+    let program = match mode {
+        Mode::Monitor => Some(Program::Observe),
+        Mode::Enforce if rules.allow.is_empty() && rules.deny.is_empty() && !rules.default_deny => {
+            None
+        }
+        Mode::Enforce => Some(Program::Enforce(rules)),
+    };
+    (program, rejections)
+}
+
+// ---- the kernel side ------------------------------------------------------------------
+
+/// Where the backend learns a cgroup's directory, which attaching needs
+/// (the seam speaks of cgroup ids only). The manager registers a pod's
+/// container cgroups before binding them.
+pub trait CgroupPaths {
+    /// `cgroup`'s cgroup v2 directory.
+    fn set_cgroup_path(&mut self, cgroup: CgroupId, path: PathBuf);
+    /// Forgets it (its pod is gone).
+    fn forget_cgroup_path(&mut self, cgroup: CgroupId);
+}
+
+/// The reference model attaches nothing, so it needs no paths.
+impl<V: Ord> CgroupPaths for FakeEnforcer<V> {
+    fn set_cgroup_path(&mut self, _: CgroupId, _: PathBuf) {}
+    fn forget_cgroup_path(&mut self, _: CgroupId) {}
+}
+
+/// The kernel operations the backend needs: the egress filter's maps and
+/// its per-cgroup links. [`KernelEgress`] is the real one; tests use one in
+/// memory.
+pub trait EgressKernel: Send {
+    /// Adds `prefix` to a list of set `set_id`.
+    fn insert(&mut self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<(), EgressError>;
+    /// Removes it.
+    fn remove(&mut self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<(), EgressError>;
+    /// Maps `cgroup` to the set and flags, then attaches the program to
+    /// `path` (which must be that cgroup's directory).
+    fn attach(
+        &mut self,
+        cgroup: CgroupId,
+        path: &Path,
+        set_id: u32,
+        flags: FilterFlags,
+    ) -> Result<(), EgressError>;
+    /// Rewrites an attached cgroup's flags.
+    fn set_flags(
+        &mut self,
+        cgroup: CgroupId,
+        set_id: u32,
+        flags: FilterFlags,
+    ) -> Result<(), EgressError>;
+    /// Revokes `cgroup` from the filter map, then detaches its link.
+    fn detach(&mut self, cgroup: CgroupId) -> Result<(), EgressError>;
+    /// Reads and resets the per-destination counters.
+    fn drain(&mut self) -> Result<Vec<bpf::Observation>, EgressError>;
+}
+
+/// The real kernel: one loaded [`EgressFilter`] and its links, keyed by
+/// cgroup path.
+#[derive(Debug)]
+pub struct KernelEgress {
+    filter: EgressFilter,
+    links: CgroupAttachments<CgroupLink>,
+    paths: BTreeMap<CgroupId, PathBuf>,
+}
+
+impl KernelEgress {
+    /// Loads the filter (root needed).
+    pub fn load() -> Result<Self, EgressError> {
+        Ok(Self {
+            filter: EgressFilter::load()?,
+            links: CgroupAttachments::new(),
+            paths: BTreeMap::new(),
+        })
+    }
+
+    /// The loaded filter (its stats, for metrics).
+    pub fn filter(&self) -> &EgressFilter {
+        &self.filter
+    }
+
+    /// The directories attached now.
+    pub fn attached(&self) -> impl Iterator<Item = &Path> {
+        self.links.paths()
+    }
+}
+
+impl EgressKernel for KernelEgress {
+    fn insert(&mut self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<(), EgressError> {
+        self.filter.insert(set_id, verdict, prefix)
+    }
+
+    fn remove(&mut self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<(), EgressError> {
+        self.filter.remove(set_id, verdict, prefix).map(|_| ())
+    }
+
+    fn attach(
+        &mut self,
+        cgroup: CgroupId,
+        path: &Path,
+        set_id: u32,
+        flags: FilterFlags,
+    ) -> Result<(), EgressError> {
+        let filter = &self.filter;
+        self.links
+            .attach_with(path, |dir| filter.attach_cgroup(dir, set_id, flags))?;
+        let attached_id = self.links_id(path);
+        if attached_id != Some(cgroup) {
+            // The path names another cgroup (recreated, or a stale path):
+            // undo, or the wrong cgroup would be filtered.
+            if let Some(link) = self.links.take(path) {
+                let _ = self.filter.detach_cgroup(link);
+            }
+            return Err(EgressError::Layout {
+                map: "cgroup_filters",
+                what: format!(
+                    "path {} is cgroup {attached_id:?}, not {cgroup}",
+                    path.display()
+                ),
+            });
+        }
+        self.paths.insert(cgroup, path.to_owned());
+        Ok(())
+    }
+
+    fn set_flags(
+        &mut self,
+        cgroup: CgroupId,
+        set_id: u32,
+        flags: FilterFlags,
+    ) -> Result<(), EgressError> {
+        self.filter.set_filter(cgroup, set_id, flags)
+    }
+
+    fn detach(&mut self, cgroup: CgroupId) -> Result<(), EgressError> {
+        let Some(path) = self.paths.remove(&cgroup) else {
+            // Never attached: make sure no map entry is left either.
+            return self.filter.remove_cgroup(cgroup).map(|_| ());
+        };
+        match self.links.take(&path) {
+            Some(link) => self.filter.detach_cgroup(link).map(|_| ()),
+            None => self.filter.remove_cgroup(cgroup).map(|_| ()),
+        }
+    }
+
+    fn drain(&mut self) -> Result<Vec<bpf::Observation>, EgressError> {
+        self.filter.drain_observations()
+    }
+}
+
+impl KernelEgress {
+    fn links_id(&self, path: &Path) -> Option<CgroupId> {
+        // CgroupAttachments hands out no reference by path, so read the id
+        // back from the directory the link was made from.
+        self.links
+            .contains(path)
+            .then(|| kyverno_runtime_bpf::cgroup_attach::cgroup_id(path).ok())
+            .flatten()
+    }
+}
+
+fn kernel_error(op: String, e: &EgressError) -> EnforceError {
+    match e {
+        EgressError::MapFull { map, max_entries } => EnforceError::MapFull {
+            behavior: BEHAVIOR,
+            map,
+            capacity: *max_entries,
+        },
+        other => EnforceError::Kernel {
+            behavior: BEHAVIOR,
+            op,
+            source: std::io::Error::other(other.to_string()),
+        },
+    }
+}
+
+// ---- the backend ------------------------------------------------------------------------
+
+/// The union one cgroup should have, or has, in the kernel.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct SetState {
+    allow: BTreeSet<Prefix>,
+    deny: BTreeSet<Prefix>,
+    flags: FilterFlags,
+}
+
+/// One cgroup's kernel mirror.
+#[derive(Clone, Debug)]
+struct CgroupSet {
+    set_id: u32,
+    /// What the kernel holds for the set (changed only by calls that
+    /// succeeded).
+    kernel: SetState,
+    /// Whether the program is attached and the cgroup mapped.
+    attached: bool,
+}
+
+/// How many bound policies hold a cgroup's flags up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlagCounts {
+    /// Bound enforce policies that are default deny.
+    pub default_deny: usize,
+    /// Bound observe policies.
+    pub observe: usize,
+}
+
+/// The network [`Enforcer`] over the cgroup_skb egress filter (see the
+/// [module docs](self)).
+pub struct EgressEnforcer<K = KernelEgress> {
+    kernel: K,
+    policies: BTreeMap<PolicyId, Held<Prefix>>,
+    sets: BTreeMap<CgroupId, CgroupSet>,
+    paths: BTreeMap<CgroupId, PathBuf>,
+    free_set_ids: Vec<u32>,
+    next_set_id: u32,
+}
+
+impl<K> fmt::Debug for EgressEnforcer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EgressEnforcer")
+            .field("policies", &self.policies.len())
+            .field("cgroups", &self.sets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EgressEnforcer<KernelEgress> {
+    /// Loads the egress filter and serves the network behavior with it.
+    pub fn load() -> Result<Self> {
+        KernelEgress::load()
+            .map(Self::new)
+            .map_err(|e| kernel_error("loading the egress filter".to_owned(), &e))
+    }
+}
+
+impl<K: EgressKernel> EgressEnforcer<K> {
+    /// A backend over `kernel`, holding nothing.
+    pub fn new(kernel: K) -> Self {
+        Self {
+            kernel,
+            policies: BTreeMap::new(),
+            sets: BTreeMap::new(),
+            paths: BTreeMap::new(),
+            free_set_ids: Vec::new(),
+            next_set_id: 1,
+        }
+    }
+
+    /// The kernel side.
+    pub fn kernel(&self) -> &K {
+        &self.kernel
+    }
+
+    /// The kernel side, mutably (tests: simulated packets).
+    pub fn kernel_mut(&mut self) -> &mut K {
+        &mut self.kernel
+    }
+
+    /// The set id a cgroup's union lives in, while it is bound.
+    pub fn set_of(&self, cgroup: CgroupId) -> Option<u32> {
+        self.sets.get(&cgroup).map(|s| s.set_id)
+    }
+
+    /// The counts behind a cgroup's flags (a flag is on while its count is
+    /// not zero).
+    pub fn flag_counts(&self, cgroup: CgroupId) -> FlagCounts {
+        let mut counts = FlagCounts::default();
+        for held in self.policies.values() {
+            if !held.cgroups.contains(&cgroup) {
+                continue;
+            }
+            match &held.program {
+                Program::Observe => counts.observe += 1,
+                Program::Enforce(r) if r.default_deny => counts.default_deny += 1,
+                Program::Enforce(_) => {}
+            }
+        }
+        counts
+    }
+
+    /// The union the bound policies ask of `cgroup`.
+    fn desired(&self, cgroup: CgroupId) -> SetState {
+        let mut s = SetState::default();
+        let counts = self.flag_counts(cgroup);
+        for held in self.policies.values() {
+            if let (true, Program::Enforce(r)) = (held.cgroups.contains(&cgroup), &held.program) {
+                s.allow.extend(r.allow.iter().copied());
+                s.deny.extend(r.deny.iter().copied());
+            }
+        }
+        s.flags = FilterFlags {
+            default_deny: counts.default_deny > 0,
+            observe: counts.observe > 0,
+        };
+        s
+    }
+
+    fn bound_anywhere(&self, cgroup: CgroupId) -> bool {
+        self.policies.values().any(|h| h.cgroups.contains(&cgroup))
+    }
+
+    /// Brings `cgroup`'s kernel set to the union of its bound policies,
+    /// tightening first (see the module docs). The mirror follows every
+    /// call that succeeded, so a failure leaves a difference the next call
+    /// converges.
+    fn sync(&mut self, cgroup: CgroupId) -> Result<()> {
+        let bound = self.bound_anywhere(cgroup);
+        if !bound {
+            return self.release(cgroup);
+        }
+        let desired = self.desired(cgroup);
+        let set_id = match self.sets.get(&cgroup) {
+            Some(s) => s.set_id,
+            None => {
+                let id = self.free_set_ids.pop().unwrap_or_else(|| {
+                    let id = self.next_set_id;
+                    self.next_set_id = self.next_set_id.wrapping_add(1).max(1);
+                    id
+                });
+                self.sets.insert(
+                    cgroup,
+                    CgroupSet {
+                        set_id: id,
+                        kernel: SetState::default(),
+                        attached: false,
+                    },
+                );
+                id
+            }
+        };
+        let Some(mut state) = self.sets.get(&cgroup).cloned() else {
+            return Ok(());
+        };
+        let result = self.apply(cgroup, set_id, &mut state, &desired);
+        self.sets.insert(cgroup, state);
+        result
+    }
+
+    fn apply(
+        &mut self,
+        cgroup: CgroupId,
+        set_id: u32,
+        state: &mut CgroupSet,
+        desired: &SetState,
+    ) -> Result<()> {
+        let k = &mut self.kernel;
+        let op = |what: &str, p: &Prefix| format!("{what} {p} for cgroup {cgroup}");
+        // 1. Deny entries in.
+        for p in desired.deny.difference(&state.kernel.deny.clone()) {
+            k.insert(set_id, Verdict::Deny, *p)
+                .map_err(|e| kernel_error(op("denying", p), &e))?;
+            state.kernel.deny.insert(*p);
+        }
+        // 2. Allow entries out.
+        for p in state.kernel.allow.clone().difference(&desired.allow) {
+            k.remove(set_id, Verdict::Allow, *p)
+                .map_err(|e| kernel_error(op("removing allow", p), &e))?;
+            state.kernel.allow.remove(p);
+        }
+        // 3. Default deny raised (observe as it will be).
+        if state.attached && desired.flags.default_deny && !state.kernel.flags.default_deny {
+            let flags = FilterFlags {
+                default_deny: true,
+                observe: state.kernel.flags.observe || desired.flags.observe,
+            };
+            k.set_flags(cgroup, set_id, flags)
+                .map_err(|e| kernel_error(format!("raising flags of cgroup {cgroup}"), &e))?;
+            state.kernel.flags = flags;
+        }
+        // 4. Allow entries in.
+        for p in desired.allow.difference(&state.kernel.allow.clone()) {
+            k.insert(set_id, Verdict::Allow, *p)
+                .map_err(|e| kernel_error(op("allowing", p), &e))?;
+            state.kernel.allow.insert(*p);
+        }
+        // 5. Flags as desired (lowering), or the first attach.
+        if !state.attached {
+            let path = self
+                .paths
+                .get(&cgroup)
+                .cloned()
+                .ok_or_else(|| EnforceError::Kernel {
+                    behavior: BEHAVIOR,
+                    op: format!("attaching cgroup {cgroup}"),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "no cgroup directory is known for it",
+                    ),
+                })?;
+            self.kernel
+                .attach(cgroup, &path, set_id, desired.flags)
+                .map_err(|e| kernel_error(format!("attaching to {}", path.display()), &e))?;
+            state.attached = true;
+            state.kernel.flags = desired.flags;
+        } else if state.kernel.flags != desired.flags {
+            self.kernel
+                .set_flags(cgroup, set_id, desired.flags)
+                .map_err(|e| kernel_error(format!("setting flags of cgroup {cgroup}"), &e))?;
+            state.kernel.flags = desired.flags;
+        }
+        // 6. Deny entries out.
+        for p in state.kernel.deny.clone().difference(&desired.deny) {
+            self.kernel
+                .remove(set_id, Verdict::Deny, *p)
+                .map_err(|e| kernel_error(op("removing deny", p), &e))?;
+            state.kernel.deny.remove(p);
+        }
+        Ok(())
+    }
+
+    /// `cgroup` is bound to nothing any more: revoke and detach, then clear
+    /// its set and free the id.
+    fn release(&mut self, cgroup: CgroupId) -> Result<()> {
+        let Some(mut state) = self.sets.remove(&cgroup) else {
+            return Ok(());
+        };
+        let result = self.clear(cgroup, &mut state);
+        if result.is_err() {
+            // Keep the mirror of what is left, for the retry.
+            self.sets.insert(cgroup, state);
+        } else {
+            self.free_set_ids.push(state.set_id);
+        }
+        result
+    }
+
+    fn clear(&mut self, cgroup: CgroupId, state: &mut CgroupSet) -> Result<()> {
+        if state.attached {
+            self.kernel
+                .detach(cgroup)
+                .map_err(|e| kernel_error(format!("detaching cgroup {cgroup}"), &e))?;
+            state.attached = false;
+        }
+        // No program reads the set now: the order of removals is free.
+        for (verdict, list) in [
+            (Verdict::Allow, &mut state.kernel.allow),
+            (Verdict::Deny, &mut state.kernel.deny),
+        ] {
+            for p in list.clone() {
+                self.kernel
+                    .remove(state.set_id, verdict, p)
+                    .map_err(|e| kernel_error(format!("clearing {p} of cgroup {cgroup}"), &e))?;
+                list.remove(&p);
+            }
+        }
+        Ok(())
+    }
+
+    /// Syncs every cgroup in `cgroups`, continuing past failures; returns
+    /// the first.
+    fn sync_all(&mut self, cgroups: &BTreeSet<CgroupId>) -> Result<()> {
+        let mut first = Ok(());
+        for c in cgroups {
+            if let Err(e) = self.sync(*c) {
+                tracing::warn!(cgroup = c, error = %e, "egress: cgroup not converged");
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}
+
+impl<K: EgressKernel> CgroupPaths for EgressEnforcer<K> {
+    fn set_cgroup_path(&mut self, cgroup: CgroupId, path: PathBuf) {
+        self.paths.insert(cgroup, path);
+    }
+
+    fn forget_cgroup_path(&mut self, cgroup: CgroupId) {
+        self.paths.remove(&cgroup);
+    }
+}
+
+impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
+    type Value = Prefix;
+    type Observed = IpAddr;
+
+    fn behavior(&self) -> Behavior {
+        Behavior::Network
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::CgroupSkbEgress
+    }
+
+    fn add_policy(&mut self, policy: &PolicyId, program: &Program<Prefix>) -> Result<()> {
+        if self.policies.contains_key(policy) {
+            return Err(EnforceError::Kernel {
+                behavior: BEHAVIOR,
+                op: format!("adding policy {policy}"),
+                source: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+            });
+        }
+        // Bound to nothing yet: no kernel change.
+        self.policies.insert(
+            policy.clone(),
+            Held {
+                program: program.clone(),
+                cgroups: BTreeSet::new(),
+            },
+        );
+        Ok(())
+    }
+
+    fn update_policy(&mut self, policy: &PolicyId, diff: &ProgramDiff<Prefix>) -> Result<()> {
+        let held = self
+            .policies
+            .get_mut(policy)
+            .ok_or_else(|| EnforceError::UnknownPolicy(policy.clone(), BEHAVIOR))?;
+        let Program::Enforce(rules) = &mut held.program else {
+            if diff.is_empty() {
+                return Ok(());
+            }
+            return Err(EnforceError::Kernel {
+                behavior: BEHAVIOR,
+                op: format!("updating policy {policy}"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "an observe policy has no rules to update",
+                ),
+            });
+        };
+        rules.allow.extend(diff.add_allow.iter().copied());
+        rules.deny.extend(diff.add_deny.iter().copied());
+        if let Some(dd) = diff.default_deny {
+            rules.default_deny = dd;
+        }
+        rules.allow.retain(|v| !diff.remove_allow.contains(v));
+        rules.deny.retain(|v| !diff.remove_deny.contains(v));
+        let cgroups = held.cgroups.clone();
+        // Each bound cgroup's union is recomputed and applied tightening
+        // first, so the diff's adds land before its removes.
+        self.sync_all(&cgroups)
+    }
+
+    fn remove_policy(&mut self, policy: &PolicyId) -> Result<()> {
+        let Some(held) = self.policies.remove(policy) else {
+            return Ok(());
+        };
+        self.sync_all(&held.cgroups)
+    }
+
+    fn bind(&mut self, policy: &PolicyId, cgroup: CgroupId) -> Result<()> {
+        let held = self
+            .policies
+            .get_mut(policy)
+            .ok_or_else(|| EnforceError::UnknownPolicy(policy.clone(), BEHAVIOR))?;
+        let fresh = held.cgroups.insert(cgroup);
+        let result = self.sync(cgroup);
+        if result.is_err() && fresh {
+            // Not bound after all; converge the cgroup back to what its
+            // other policies ask (best effort, the first error reported).
+            if let Some(h) = self.policies.get_mut(policy) {
+                h.cgroups.remove(&cgroup);
+            }
+            let _ = self.sync(cgroup);
+        }
+        result
+    }
+
+    fn unbind(&mut self, policy: &PolicyId, cgroup: CgroupId) -> Result<()> {
+        let Some(held) = self.policies.get_mut(policy) else {
+            return Ok(());
+        };
+        if !held.cgroups.remove(&cgroup) {
+            // Not bound: still converge, in case an earlier call failed
+            // halfway.
+            return if self.sets.contains_key(&cgroup) && !self.bound_anywhere(cgroup) {
+                self.sync(cgroup)
+            } else {
+                Ok(())
+            };
+        }
+        self.sync(cgroup)
+    }
+
+    fn held(&self) -> Result<BTreeMap<PolicyId, Held<Prefix>>> {
+        Ok(self.policies.clone())
+    }
+
+    fn drain(&mut self) -> Result<Vec<Observation<IpAddr>>> {
+        let raw = self
+            .kernel
+            .drain()
+            .map_err(|e| kernel_error("draining observations".to_owned(), &e))?;
+        let by_set: BTreeMap<u32, CgroupId> =
+            self.sets.iter().map(|(c, s)| (s.set_id, *c)).collect();
+        let mut out = Vec::with_capacity(raw.len());
+        for o in raw {
+            // A set freed since the packet was counted has no cgroup any
+            // more: its count cannot be attributed, so it is logged.
+            let Some(cgroup) = by_set.get(&o.set_id) else {
+                tracing::debug!(
+                    set = o.set_id,
+                    count = o.count,
+                    "egress: observation of a freed set"
+                );
+                continue;
+            };
+            out.push(Observation {
+                cgroup: *cgroup,
+                observed: o.destination,
+                decision: match o.decision {
+                    bpf::Decision::Denied => Decision::Denied,
+                    bpf::Decision::Allowed => Decision::Allowed,
+                    bpf::Decision::DefaultDenied => Decision::DefaultDenied,
+                    bpf::Decision::Unmatched => Decision::Unmatched,
+                },
+                count: o.count,
+            });
+        }
+        Ok(out)
+    }
+}
+
+// ---- the manager ----------------------------------------------------------------------
+
+/// A RuntimePolicy as this manager needs it: evaluated, with its target
+/// compiled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkPolicy {
+    /// The policy's UID.
+    pub id: PolicyId,
+    /// Its name, for logs.
+    pub name: String,
+    /// Enforce or monitor.
+    pub mode: Mode,
+    /// The pods it applies to.
+    pub target: PodTarget,
+    /// Its `network` behavior, if it has one.
+    pub network: Option<BehaviorLists>,
+}
+
+/// One container's cgroup: its id and its cgroup v2 directory.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ContainerCgroup {
+    /// The cgroup id (the directory's inode number).
+    pub id: CgroupId,
+    /// The directory, which the program is attached to.
+    pub path: PathBuf,
+}
+
+/// A pod on this node, as this manager needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkPod {
+    /// The pod's UID.
+    pub uid: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// Its namespace's labels.
+    pub namespace_labels: BTreeMap<String, String>,
+    /// Its containers' cgroups.
+    pub cgroups: Vec<ContainerCgroup>,
+}
+
+/// A backend call that failed for a policy; retried on the next event.
+#[derive(Clone, Debug)]
+pub struct EgressFailure {
+    /// The policy.
+    pub policy: PolicyId,
+    /// What was being done.
+    pub step: Step,
+    /// The backend's error.
+    pub error: Arc<EnforceError>,
+}
+
+impl fmt::Display for EgressFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "network: {}: {}", self.step, self.error)
+    }
+}
+
+/// What [`EgressManager::upsert_policy`] did.
+#[derive(Clone, Debug, Default)]
+pub struct EgressOutcome {
+    /// Values not programmed, in list order.
+    pub rejections: Vec<EgressRejection>,
+    /// Backend calls that failed.
+    pub failures: Vec<EgressFailure>,
+}
+
+#[derive(Clone, Debug)]
+struct DesiredPolicy {
+    policy: NetworkPolicy,
+    program: Option<Program<Prefix>>,
+    rejections: Vec<EgressRejection>,
+}
+
+/// The network manager over a backend `B` (the kernel [`EgressEnforcer`],
+/// or [`FakeEnforcer`] in tests). It keeps the desired state and a mirror
+/// of what the backend holds, and converges the one to the other after
+/// every event, in the openexec manager's orders: add then bind; unbind
+/// then update then bind; rebuild across observe/enforce; unbind then
+/// remove. On a pod event, policies that are not default deny are bound
+/// first and unbound last.
+pub struct EgressManager<B> {
+    backend: B,
+    held: BTreeMap<PolicyId, Held<Prefix>>,
+    policies: BTreeMap<PolicyId, DesiredPolicy>,
+    pods: BTreeMap<String, NetworkPod>,
+    failures: BTreeMap<PolicyId, Vec<EgressFailure>>,
+    rejected_total: u64,
+}
+
+impl<B> fmt::Debug for EgressManager<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EgressManager")
+            .field("policies", &self.policies.len())
+            .field("pods", &self.pods.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> EgressManager<B>
+where
+    B: Enforcer<Value = Prefix> + CgroupPaths,
+{
+    /// A manager over `backend`, starting from what it holds.
+    pub fn new(backend: B) -> Result<Self> {
+        let held = backend.held()?;
+        Ok(Self {
+            backend,
+            held,
+            policies: BTreeMap::new(),
+            pods: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            rejected_total: 0,
+        })
+    }
+
+    /// Adds or replaces a policy: parses its values (each unusable one an
+    /// [`EgressRejection`], counted), programs it and binds the cgroups of
+    /// the pods it selects.
+    pub fn upsert_policy(&mut self, policy: NetworkPolicy) -> EgressOutcome {
+        let id = policy.id.clone();
+        let (program, rejections) = compile_network(policy.mode, policy.network.as_ref());
+        for r in &rejections {
+            tracing::warn!(policy = %id, name = %policy.name, rejection = %r, "network value not programmed");
+        }
+        self.rejected_total = self
+            .rejected_total
+            .saturating_add(u64::try_from(rejections.len()).unwrap_or(u64::MAX));
+        self.policies.insert(
+            id.clone(),
+            DesiredPolicy {
+                policy,
+                program,
+                rejections: rejections.clone(),
+            },
+        );
+        let failures = self.converge(&id);
+        EgressOutcome {
+            rejections,
+            failures,
+        }
+    }
+
+    /// Removes a policy: unbinds its cgroups and removes it.
+    pub fn delete_policy(&mut self, id: &PolicyId) -> Vec<EgressFailure> {
+        self.policies.remove(id);
+        self.converge(id)
+    }
+
+    /// Adds or replaces a pod and (un)binds its cgroups across policies.
+    pub fn upsert_pod(&mut self, pod: NetworkPod) -> Vec<EgressFailure> {
+        if let Some(old) = self.pods.get(&pod.uid) {
+            for c in &old.cgroups {
+                if !pod.cgroups.iter().any(|n| n.id == c.id) {
+                    self.backend.forget_cgroup_path(c.id);
+                }
+            }
+        }
+        for c in &pod.cgroups {
+            self.backend.set_cgroup_path(c.id, c.path.clone());
+        }
+        self.pods.insert(pod.uid.clone(), pod);
+        self.sync_all()
+    }
+
+    /// Forgets a pod and unbinds its cgroups.
+    pub fn delete_pod(&mut self, uid: &str) -> Vec<EgressFailure> {
+        let Some(pod) = self.pods.remove(uid) else {
+            return Vec::new();
+        };
+        let failures = self.sync_all();
+        for c in &pod.cgroups {
+            self.backend.forget_cgroup_path(c.id);
+        }
+        failures
+    }
+
+    /// Takes the backend's observations.
+    pub fn drain(&mut self) -> Result<Vec<Observation<B::Observed>>> {
+        self.backend.drain()
+    }
+
+    /// The values of a policy that were not programmed, for its status.
+    pub fn rejections(&self, id: &PolicyId) -> &[EgressRejection] {
+        self.policies
+            .get(id)
+            .map(|d| d.rejections.as_slice())
+            .unwrap_or_default()
+    }
+
+    /// Every value refused since start (for a metric).
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected_total
+    }
+
+    /// The backend calls for a policy still to be retried.
+    pub fn failures(&self, id: &PolicyId) -> &[EgressFailure] {
+        self.failures.get(id).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// What the manager believes the backend holds.
+    pub fn programmed(&self) -> &BTreeMap<PolicyId, Held<Prefix>> {
+        &self.held
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The backend, mutably (tests; changing it behind the manager's back
+    /// makes the mirror wrong).
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// The pod owning a cgroup, for attributing an observation.
+    pub fn pod_of_cgroup(&self, cgroup: CgroupId) -> Option<&NetworkPod> {
+        self.pods
+            .values()
+            .find(|p| p.cgroups.iter().any(|c| c.id == cgroup))
+    }
+
+    fn target(&self, id: &PolicyId) -> Option<Held<Prefix>> {
+        let d = self.policies.get(id)?;
+        let program = d.program.clone()?;
+        let cgroups = self
+            .pods
+            .values()
+            .filter(|p| d.policy.target.matches(&p.namespace_labels, &p.labels))
+            .flat_map(|p| p.cgroups.iter().map(|c| c.id))
+            .collect();
+        Some(Held { program, cgroups })
+    }
+
+    fn fail(out: &mut Vec<EgressFailure>, id: &PolicyId, step: Step, error: EnforceError) {
+        tracing::warn!(policy = %id, %step, %error, "network backend call failed; retried on the next event");
+        out.push(EgressFailure {
+            policy: id.clone(),
+            step,
+            error: Arc::new(error),
+        });
+    }
+
+    /// Converges one policy fully, recording its failures.
+    fn converge(&mut self, id: &PolicyId) -> Vec<EgressFailure> {
+        let target = self.target(id);
+        let mut out = Vec::new();
+        self.converge_phase(id, target.as_ref(), Phase::Full, &mut out);
+        self.failures.remove(id);
+        if !out.is_empty() {
+            self.failures.insert(id.clone(), out.clone());
+        }
+        out
+    }
+
+    fn converge_phase(
+        &mut self,
+        id: &PolicyId,
+        target: Option<&Held<Prefix>>,
+        phase: Phase,
+        out: &mut Vec<EgressFailure>,
+    ) {
+        let held = self.held.get(id).cloned();
+        match (held, target) {
+            (None, None) => {}
+            (Some(h), None) => {
+                if phase == Phase::BindOnly {
+                    return;
+                }
+                self.unbind_all(id, &h.cgroups, out);
+                if phase == Phase::Full {
+                    match self.backend.remove_policy(id) {
+                        Ok(()) => {
+                            self.held.remove(id);
+                        }
+                        Err(e) => Self::fail(out, id, Step::RemovePolicy, e),
+                    }
+                }
+            }
+            (None, Some(t)) => {
+                if phase != Phase::Full {
+                    return;
+                }
+                match self.backend.add_policy(id, &t.program) {
+                    Ok(()) => {
+                        self.held.insert(
+                            id.clone(),
+                            Held {
+                                program: t.program.clone(),
+                                cgroups: BTreeSet::new(),
+                            },
+                        );
+                        self.bind_all(id, &t.cgroups, out);
+                    }
+                    Err(e) => Self::fail(out, id, Step::AddPolicy, e),
+                }
+            }
+            (Some(h), Some(t)) => {
+                let gone: BTreeSet<CgroupId> = h.cgroups.difference(&t.cgroups).copied().collect();
+                let new: BTreeSet<CgroupId> = t.cgroups.difference(&h.cgroups).copied().collect();
+                let same_program = h.program == t.program;
+                match phase {
+                    Phase::BindOnly => {
+                        if same_program {
+                            self.bind_all(id, &new, out);
+                        }
+                    }
+                    Phase::UnbindOnly => self.unbind_all(id, &gone, out),
+                    Phase::Full => {
+                        if h.program.is_observe() != t.program.is_observe() {
+                            // Rebuild across the observe/enforce line.
+                            self.unbind_all(id, &h.cgroups, out);
+                            match self.backend.remove_policy(id) {
+                                Ok(()) => {
+                                    self.held.remove(id);
+                                }
+                                Err(e) => return Self::fail(out, id, Step::RemovePolicy, e),
+                            }
+                            return self.converge_phase(id, Some(t), Phase::Full, out);
+                        }
+                        self.unbind_all(id, &gone, out);
+                        if let (Program::Enforce(from), Program::Enforce(to)) =
+                            (&h.program, &t.program)
+                        {
+                            let diff = ProgramDiff::between(from, to);
+                            if !diff.is_empty() {
+                                match self.backend.update_policy(id, &diff) {
+                                    Ok(()) => {
+                                        if let Some(m) = self.held.get_mut(id) {
+                                            m.program = t.program.clone();
+                                        }
+                                    }
+                                    Err(e) => {
+                                        Self::fail(out, id, Step::UpdatePolicy, e);
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                        let bound = self
+                            .held
+                            .get(id)
+                            .map(|h| h.cgroups.clone())
+                            .unwrap_or_default();
+                        let missing: BTreeSet<CgroupId> =
+                            t.cgroups.difference(&bound).copied().collect();
+                        self.bind_all(id, &missing, out);
+                    }
+                }
+            }
+        }
+    }
+
+    fn bind_all(
+        &mut self,
+        id: &PolicyId,
+        cgroups: &BTreeSet<CgroupId>,
+        out: &mut Vec<EgressFailure>,
+    ) {
+        for c in cgroups {
+            match self.backend.bind(id, *c) {
+                Ok(()) => {
+                    if let Some(h) = self.held.get_mut(id) {
+                        h.cgroups.insert(*c);
+                    }
+                }
+                Err(e) => Self::fail(out, id, Step::Bind(*c), e),
+            }
+        }
+    }
+
+    fn unbind_all(
+        &mut self,
+        id: &PolicyId,
+        cgroups: &BTreeSet<CgroupId>,
+        out: &mut Vec<EgressFailure>,
+    ) {
+        for c in cgroups {
+            match self.backend.unbind(id, *c) {
+                Ok(()) => {
+                    if let Some(h) = self.held.get_mut(id) {
+                        h.cgroups.remove(c);
+                    }
+                }
+                Err(e) => Self::fail(out, id, Step::Unbind(*c), e),
+            }
+        }
+    }
+
+    fn default_denies(&self, id: &PolicyId) -> bool {
+        let wanted = self.policies.get(id).and_then(|d| d.program.as_ref());
+        let held = self.held.get(id).map(|h| &h.program);
+        [wanted, held].into_iter().flatten().any(|p| {
+            matches!(
+                p,
+                Program::Enforce(Rules {
+                    default_deny: true,
+                    ..
+                })
+            )
+        })
+    }
+
+    /// Converges every policy after a pod event: binds to policies that are
+    /// not default deny first, unbinds from default-deny ones, unbinds from
+    /// the rest, then everything else default-deny first (the openexec
+    /// manager's plan, so no instant refuses what neither state refuses).
+    fn sync_all(&mut self) -> Vec<EgressFailure> {
+        let mut ids: BTreeSet<PolicyId> = self.policies.keys().cloned().collect();
+        ids.extend(self.held.keys().cloned());
+        let pairs: Vec<(PolicyId, bool)> = ids
+            .into_iter()
+            .map(|id| {
+                let dd = self.default_denies(&id);
+                (id, dd)
+            })
+            .collect();
+        let plan = [
+            (false, Phase::BindOnly),
+            (true, Phase::UnbindOnly),
+            (false, Phase::UnbindOnly),
+            (true, Phase::Full),
+            (false, Phase::Full),
+        ];
+        let mut all: BTreeMap<PolicyId, Vec<EgressFailure>> = BTreeMap::new();
+        for (dd, phase) in plan {
+            for (id, _) in pairs.iter().filter(|p| p.1 == dd) {
+                let target = self.target(id);
+                let mut out = Vec::new();
+                self.converge_phase(id, target.as_ref(), phase, &mut out);
+                let slot = all.entry(id.clone()).or_default();
+                if phase == Phase::Full {
+                    // The full pass retried everything the partial passes
+                    // tried: only its failures stand.
+                    slot.clear();
+                }
+                slot.extend(out);
+            }
+        }
+        let mut out = Vec::new();
+        for (id, fails) in all {
+            self.failures.remove(&id);
+            if !fails.is_empty() {
+                self.failures.insert(id.clone(), fails.clone());
+            }
+            out.extend(fails);
+        }
+        out
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    BindOnly,
+    UnbindOnly,
+    Full,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kyverno_runtime_policy::values::FieldPath;
+
+    use crate::fake::{Call, FakeOp};
+
+    // ---- an in-memory kernel with the egress program's verdict ----------------
+
+    #[derive(Debug, Default)]
+    struct MemKernel {
+        allow: BTreeSet<(u32, Prefix)>,
+        deny: BTreeSet<(u32, Prefix)>,
+        filters: BTreeMap<CgroupId, (u32, FilterFlags)>,
+        attached: BTreeMap<CgroupId, PathBuf>,
+        /// Every call, in order, for ordering assertions.
+        log: Vec<String>,
+        fail_insert: bool,
+        counts: BTreeMap<(u32, IpAddr, bpf::Decision), u64>,
+    }
+
+    impl MemKernel {
+        /// The program's verdict for a packet of `cgroup` to `dst`.
+        fn packet(&mut self, cgroup: CgroupId, dst: IpAddr) -> Option<bpf::Decision> {
+            let (set, flags) = *self.filters.get(&cgroup)?;
+            if !self.attached.contains_key(&cgroup) {
+                return None;
+            }
+            let hit =
+                |l: &BTreeSet<(u32, Prefix)>| l.iter().any(|(s, p)| *s == set && p.contains(dst));
+            let d = if hit(&self.deny) {
+                bpf::Decision::Denied
+            } else if hit(&self.allow) {
+                bpf::Decision::Allowed
+            } else if flags.default_deny {
+                bpf::Decision::DefaultDenied
+            } else {
+                bpf::Decision::Unmatched
+            };
+            if flags.observe {
+                *self.counts.entry((set, dst, d)).or_default() += 1;
+            }
+            Some(d)
+        }
+    }
+
+    impl EgressKernel for MemKernel {
+        fn insert(
+            &mut self,
+            set_id: u32,
+            verdict: Verdict,
+            prefix: Prefix,
+        ) -> Result<(), EgressError> {
+            if self.fail_insert {
+                return Err(EgressError::MapFull {
+                    map: "allow_v4",
+                    max_entries: 1,
+                });
+            }
+            self.log.push(format!("insert {verdict:?} {prefix}"));
+            match verdict {
+                Verdict::Allow => self.allow.insert((set_id, prefix)),
+                Verdict::Deny => self.deny.insert((set_id, prefix)),
+            };
+            Ok(())
+        }
+
+        fn remove(
+            &mut self,
+            set_id: u32,
+            verdict: Verdict,
+            prefix: Prefix,
+        ) -> Result<(), EgressError> {
+            self.log.push(format!("remove {verdict:?} {prefix}"));
+            match verdict {
+                Verdict::Allow => self.allow.remove(&(set_id, prefix)),
+                Verdict::Deny => self.deny.remove(&(set_id, prefix)),
+            };
+            Ok(())
+        }
+
+        fn attach(
+            &mut self,
+            cgroup: CgroupId,
+            path: &Path,
+            set_id: u32,
+            flags: FilterFlags,
+        ) -> Result<(), EgressError> {
+            self.log.push(format!("attach {cgroup}"));
+            self.filters.insert(cgroup, (set_id, flags));
+            self.attached.insert(cgroup, path.to_owned());
+            Ok(())
+        }
+
+        fn set_flags(
+            &mut self,
+            cgroup: CgroupId,
+            set_id: u32,
+            flags: FilterFlags,
+        ) -> Result<(), EgressError> {
+            self.log.push(format!(
+                "flags {cgroup} dd={} obs={}",
+                flags.default_deny, flags.observe
+            ));
+            self.filters.insert(cgroup, (set_id, flags));
+            Ok(())
+        }
+
+        fn detach(&mut self, cgroup: CgroupId) -> Result<(), EgressError> {
+            self.log.push(format!("detach {cgroup}"));
+            self.filters.remove(&cgroup);
+            self.attached.remove(&cgroup);
+            Ok(())
+        }
+
+        fn drain(&mut self) -> Result<Vec<bpf::Observation>, EgressError> {
+            Ok(std::mem::take(&mut self.counts)
+                .into_iter()
+                .map(
+                    |((set_id, destination, decision), count)| bpf::Observation {
+                        set_id,
+                        destination,
+                        decision,
+                        count,
+                    },
+                )
+                .collect())
+        }
+    }
+
+    fn pid(s: &str) -> PolicyId {
+        PolicyId::new(s).unwrap()
+    }
+
+    fn p(s: &str) -> Prefix {
+        s.parse().unwrap()
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn rules(allow: &[&str], deny: &[&str], dd: bool) -> Program<Prefix> {
+        Program::Enforce(Rules {
+            allow: allow.iter().map(|s| p(s)).collect(),
+            deny: deny.iter().map(|s| p(s)).collect(),
+            default_deny: dd,
+        })
+    }
+
+    fn backend() -> EgressEnforcer<MemKernel> {
+        let mut b = EgressEnforcer::new(MemKernel::default());
+        for c in 1..=4 {
+            b.set_cgroup_path(c, PathBuf::from(format!("/sys/fs/cgroup/c{c}")));
+        }
+        b
+    }
+
+    fn seam_decision(d: bpf::Decision) -> Decision {
+        match d {
+            bpf::Decision::Denied => Decision::Denied,
+            bpf::Decision::Allowed => Decision::Allowed,
+            bpf::Decision::DefaultDenied => Decision::DefaultDenied,
+            bpf::Decision::Unmatched => Decision::Unmatched,
+        }
+    }
+
+    /// The backend's kernel decides every probe as the reference model does.
+    fn assert_matches_model(b: &mut EgressEnforcer<MemKernel>, model: &FakeEnforcer<Prefix>) {
+        let probes = [
+            "10.0.0.1",
+            "10.1.2.3",
+            "192.0.2.1",
+            "::1",
+            "2001:db8::5",
+            "2001:db9::1",
+        ];
+        for c in 1..=4 {
+            for dst in probes {
+                let want = model.decide(c, &Prefix::host(ip(dst)));
+                let got = b
+                    .kernel_mut()
+                    .packet(c, ip(dst))
+                    .map_or(Decision::Unmatched, seam_decision);
+                // The model decides by exact value; prefixes cover
+                // addresses, so compare with a model of host values only
+                // where the rules are host prefixes (below, the scenario
+                // keeps that true for the model's probes).
+                assert_eq!(got, want, "cgroup {c} to {dst}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_union_of_bound_policies_decides_as_the_model_does() {
+        let mut b = backend();
+        let mut model = FakeEnforcer::new(Behavior::Network, Backend::CgroupSkbEgress);
+        // Host prefixes only, so the model's exact-value matching and the
+        // trie's prefix matching agree on the probes.
+        let steps: Vec<(&str, Program<Prefix>)> = vec![
+            ("a", rules(&["10.0.0.1/32"], &[], true)),
+            (
+                "b",
+                rules(&["192.0.2.1/32", "::1/128"], &["10.0.0.1/32"], false),
+            ),
+            ("c", rules(&["2001:db8::5/128"], &[], false)),
+            ("d", Program::Observe),
+        ];
+        for (id, prog) in &steps {
+            b.add_policy(&pid(id), prog).unwrap();
+            model.add_policy(&pid(id), prog).unwrap();
+        }
+        let binds = [
+            ("a", 1),
+            ("b", 1),
+            ("a", 2),
+            ("c", 2),
+            ("d", 3),
+            ("c", 3),
+            ("b", 4),
+        ];
+        for (id, c) in binds {
+            b.bind(&pid(id), c).unwrap();
+            model.bind(&pid(id), c).unwrap();
+            assert_matches_model(&mut b, &model);
+        }
+        let diff = ProgramDiff::between(
+            &Rules {
+                allow: [p("10.0.0.1/32")].into(),
+                deny: BTreeSet::new(),
+                default_deny: true,
+            },
+            &Rules {
+                allow: [p("10.1.2.3/32")].into(),
+                deny: [p("2001:db9::1/128")].into(),
+                default_deny: true,
+            },
+        );
+        b.update_policy(&pid("a"), &diff).unwrap();
+        model.update_policy(&pid("a"), &diff).unwrap();
+        assert_matches_model(&mut b, &model);
+        for (id, c) in [("b", 1), ("a", 2), ("d", 3)] {
+            b.unbind(&pid(id), c).unwrap();
+            model.unbind(&pid(id), c).unwrap();
+            assert_matches_model(&mut b, &model);
+        }
+        b.remove_policy(&pid("c")).unwrap();
+        model.remove_policy(&pid("c")).unwrap();
+        assert_matches_model(&mut b, &model);
+        assert_eq!(b.held().unwrap(), model.held().unwrap());
+    }
+
+    #[test]
+    fn prefixes_of_any_length_cover_their_addresses() {
+        let mut b = backend();
+        b.add_policy(
+            &pid("a"),
+            &rules(&["10.0.0.0/8", "2001:db8::/64"], &["10.9.0.0/16"], true),
+        )
+        .unwrap();
+        b.bind(&pid("a"), 1).unwrap();
+        let k = b.kernel_mut();
+        assert_eq!(k.packet(1, ip("10.1.1.1")), Some(bpf::Decision::Allowed));
+        assert_eq!(k.packet(1, ip("10.9.1.1")), Some(bpf::Decision::Denied));
+        assert_eq!(
+            k.packet(1, ip("2001:db8::ffff")),
+            Some(bpf::Decision::Allowed)
+        );
+        assert_eq!(
+            k.packet(1, ip("2001:db8:1::1")),
+            Some(bpf::Decision::DefaultDenied)
+        );
+    }
+
+    #[test]
+    fn default_deny_and_observe_are_counted_across_policies() {
+        let mut b = backend();
+        b.add_policy(&pid("dd1"), &rules(&[], &[], true)).unwrap();
+        b.add_policy(&pid("dd2"), &rules(&["10.0.0.1/32"], &[], true))
+            .unwrap();
+        b.add_policy(&pid("obs"), &Program::Observe).unwrap();
+        for id in ["dd1", "dd2", "obs"] {
+            b.bind(&pid(id), 1).unwrap();
+        }
+        assert_eq!(
+            b.flag_counts(1),
+            FlagCounts {
+                default_deny: 2,
+                observe: 1
+            }
+        );
+        b.unbind(&pid("dd1"), 1).unwrap();
+        // One default deny still holds the flag up.
+        assert_eq!(
+            b.kernel().filters.get(&1).map(|f| f.1.default_deny),
+            Some(true)
+        );
+        b.unbind(&pid("dd2"), 1).unwrap();
+        assert_eq!(
+            b.kernel().filters.get(&1).map(|f| f.1),
+            Some(FilterFlags {
+                default_deny: false,
+                observe: true
+            })
+        );
+        // Observing: the drain reports the cgroup, the destination and the
+        // decision.
+        b.kernel_mut().packet(1, ip("192.0.2.9"));
+        let obs = b.drain().unwrap();
+        assert_eq!(
+            obs,
+            [Observation {
+                cgroup: 1,
+                observed: ip("192.0.2.9"),
+                decision: Decision::Unmatched,
+                count: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn a_cgroup_is_programmed_before_attach_and_revoked_before_its_set_is_cleared() {
+        let mut b = backend();
+        b.add_policy(&pid("a"), &rules(&["10.0.0.1/32"], &["10.0.0.2/32"], true))
+            .unwrap();
+        b.bind(&pid("a"), 1).unwrap();
+        b.unbind(&pid("a"), 1).unwrap();
+        assert_eq!(
+            b.kernel().log,
+            [
+                "insert Deny 10.0.0.2/32",
+                "insert Allow 10.0.0.1/32",
+                "attach 1",
+                "detach 1",
+                "remove Allow 10.0.0.1/32",
+                "remove Deny 10.0.0.2/32",
+            ]
+        );
+        assert!(b.kernel().allow.is_empty() && b.kernel().deny.is_empty());
+        assert_eq!(b.set_of(1), None);
+    }
+
+    #[test]
+    fn an_update_tightens_before_it_loosens() {
+        let mut b = backend();
+        b.add_policy(&pid("a"), &rules(&["10.0.0.1/32"], &["10.0.0.2/32"], false))
+            .unwrap();
+        b.bind(&pid("a"), 1).unwrap();
+        b.kernel_mut().log.clear();
+        let diff = ProgramDiff {
+            add_allow: [p("10.0.0.3/32")].into(),
+            remove_allow: [p("10.0.0.1/32")].into(),
+            add_deny: [p("10.0.0.4/32")].into(),
+            remove_deny: [p("10.0.0.2/32")].into(),
+            default_deny: Some(true),
+        };
+        b.update_policy(&pid("a"), &diff).unwrap();
+        assert_eq!(
+            b.kernel().log,
+            [
+                "insert Deny 10.0.0.4/32",
+                "remove Allow 10.0.0.1/32",
+                "flags 1 dd=true obs=false",
+                "insert Allow 10.0.0.3/32",
+                "remove Deny 10.0.0.2/32",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bind_without_a_known_directory_fails_and_binds_nothing() {
+        let mut b = EgressEnforcer::new(MemKernel::default());
+        b.add_policy(&pid("a"), &rules(&["10.0.0.1/32"], &[], false))
+            .unwrap();
+        let err = b.bind(&pid("a"), 9).unwrap_err();
+        assert!(err.to_string().contains("no cgroup directory"), "{err}");
+        assert!(b.held().unwrap()[&pid("a")].cgroups.is_empty());
+        assert!(b.kernel().allow.is_empty(), "the partial set was cleared");
+        // With the path known, the retry converges.
+        b.set_cgroup_path(9, PathBuf::from("/sys/fs/cgroup/c9"));
+        b.bind(&pid("a"), 9).unwrap();
+        assert!(b.kernel().attached.contains_key(&9));
+    }
+
+    #[test]
+    fn a_full_map_is_a_typed_error() {
+        let mut b = backend();
+        b.add_policy(&pid("a"), &rules(&["10.0.0.1/32"], &[], false))
+            .unwrap();
+        b.kernel_mut().fail_insert = true;
+        let err = b.bind(&pid("a"), 1).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EnforceError::MapFull {
+                    map: "allow_v4",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(!b.kernel().attached.contains_key(&1));
+    }
+
+    #[test]
+    fn set_ids_are_recycled() {
+        let mut b = backend();
+        b.add_policy(&pid("a"), &rules(&["10.0.0.1/32"], &[], false))
+            .unwrap();
+        b.bind(&pid("a"), 1).unwrap();
+        let first = b.set_of(1);
+        b.unbind(&pid("a"), 1).unwrap();
+        b.bind(&pid("a"), 2).unwrap();
+        assert_eq!(b.set_of(2), first);
+    }
+
+    // ---- values -----------------------------------------------------------------
+
+    fn lists(allow: &[&str], deny: &[&str]) -> BehaviorLists {
+        BehaviorLists {
+            field: FieldPath::spec()
+                .field("behaviors")
+                .index(0)
+                .field("network"),
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn names_are_rejected_with_their_field_path_until_resolution_exists() {
+        let l = lists(
+            &["10.0.0.0/8", "api.default.svc", "example.com"],
+            &["::1", "fd00::/8", "10.0.0.300"],
+        );
+        let (program, rejections) = compile_network(Mode::Enforce, Some(&l));
+        assert_eq!(
+            program,
+            Some(rules(&["10.0.0.0/8"], &["::1/128", "fd00::/8"], false))
+        );
+        let shown: Vec<String> = rejections.iter().map(ToString::to_string).collect();
+        assert_eq!(shown.len(), 3, "{shown:?}");
+        assert_eq!(
+            shown[0],
+            "spec.behaviors[0].network.allow: Service \"api.default.svc\" needs name resolution (not yet supported)"
+        );
+        assert_eq!(
+            shown[1],
+            "spec.behaviors[0].network.allow: domain \"example.com\" needs name resolution (not yet supported)"
+        );
+        assert!(rejections[0].needs_name_resolution() && rejections[1].needs_name_resolution());
+        assert!(matches!(
+            rejections[2].reason,
+            RejectReason::Invalid(Reason::BadIpv4)
+        ));
+        assert_eq!(rejections[2].path, "spec.behaviors[0].network.deny");
+    }
+
+    #[test]
+    fn star_alone_in_deny_is_the_default_deny() {
+        let (program, rejections) = compile_network(Mode::Enforce, Some(&lists(&["::1"], &["*"])));
+        assert_eq!(program, Some(rules(&["::1"], &[], true)));
+        assert!(rejections.is_empty());
+        let (_, rejections) = compile_network(Mode::Enforce, Some(&lists(&["*"], &["*", "::1"])));
+        assert_eq!(rejections.len(), 2);
+        let (program, _) = compile_network(Mode::Monitor, Some(&lists(&["::1"], &[])));
+        assert_eq!(program, Some(Program::Observe));
+        let (program, _) = compile_network(Mode::Enforce, Some(&lists(&["x.example"], &[])));
+        assert_eq!(program, None, "nothing left to enforce takes nothing");
+    }
+
+    // ---- the manager, over the reference model -----------------------------------
+
+    fn pod(uid: &str, app: &str, cgroups: &[CgroupId]) -> NetworkPod {
+        NetworkPod {
+            uid: uid.into(),
+            namespace: "default".into(),
+            name: uid.into(),
+            labels: [("app".to_string(), app.to_string())].into(),
+            namespace_labels: BTreeMap::new(),
+            cgroups: cgroups
+                .iter()
+                .map(|c| ContainerCgroup {
+                    id: *c,
+                    path: PathBuf::from(format!("/sys/fs/cgroup/c{c}")),
+                })
+                .collect(),
+        }
+    }
+
+    fn policy(id: &str, mode: Mode, allow: &[&str], deny: &[&str]) -> NetworkPolicy {
+        NetworkPolicy {
+            id: pid(id),
+            name: id.into(),
+            mode,
+            target: PodTarget::everything(),
+            network: Some(lists(allow, deny)),
+        }
+    }
+
+    fn fake() -> FakeEnforcer<Prefix> {
+        FakeEnforcer::new(Behavior::Network, Backend::CgroupSkbEgress)
+    }
+
+    #[test]
+    fn the_manager_adds_then_binds_and_unbinds_then_removes() {
+        let mut m = EgressManager::new(fake()).unwrap();
+        assert!(m.upsert_pod(pod("p1", "web", &[1, 2])).is_empty());
+        let out = m.upsert_policy(policy(
+            "a",
+            Mode::Enforce,
+            &["10.0.0.0/8", "db.example"],
+            &["*"],
+        ));
+        assert!(out.failures.is_empty());
+        assert_eq!(out.rejections.len(), 1);
+        assert_eq!(m.rejected_total(), 1);
+        let ops = m.backend().mutations();
+        assert!(matches!(ops[0], FakeOp::Add(..)));
+        assert!(ops[1..].iter().all(|o| matches!(o, FakeOp::Bind(..))));
+        assert_eq!(m.backend().decide(1, &p("10.0.0.0/8")), Decision::Allowed);
+        assert_eq!(
+            m.backend().decide(2, &p("192.0.2.1/32")),
+            Decision::DefaultDenied
+        );
+        m.backend_mut().clear_ops();
+        assert!(m.delete_policy(&pid("a")).is_empty());
+        let ops = m.backend().mutations();
+        assert!(matches!(ops.last(), Some(FakeOp::Remove(..))));
+        assert!(m.programmed().is_empty());
+    }
+
+    #[test]
+    fn the_manager_updates_by_diff_and_rebuilds_across_modes() {
+        let mut m = EgressManager::new(fake()).unwrap();
+        m.upsert_pod(pod("p1", "web", &[1]));
+        m.upsert_policy(policy("a", Mode::Enforce, &["10.0.0.1"], &[]));
+        m.backend_mut().clear_ops();
+        m.upsert_policy(policy("a", Mode::Enforce, &["10.0.0.2"], &[]));
+        let ops = m.backend().mutations();
+        assert_eq!(ops.len(), 1, "{ops:?}");
+        assert!(matches!(ops[0], FakeOp::Update(..)));
+        m.backend_mut().clear_ops();
+        m.upsert_policy(policy("a", Mode::Monitor, &["10.0.0.2"], &[]));
+        let calls: Vec<Call> = m.backend().mutations().iter().map(FakeOp::call).collect();
+        assert_eq!(
+            calls,
+            [
+                Call::Unbind,
+                Call::RemovePolicy,
+                Call::AddPolicy,
+                Call::Bind
+            ]
+        );
+        assert!(m.backend().observing(1));
+    }
+
+    #[test]
+    fn a_failed_bind_is_kept_and_retried() {
+        let mut m = EgressManager::new(fake()).unwrap();
+        m.upsert_policy(policy("a", Mode::Enforce, &["10.0.0.1"], &[]));
+        // The bind pass and the full pass of the sweep both fail; only the
+        // full pass's failure stands.
+        m.backend_mut().fail_next(Call::Bind);
+        m.backend_mut().fail_next(Call::Bind);
+        let failures = m.upsert_pod(pod("p1", "web", &[1]));
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert_eq!(m.failures(&pid("a")).len(), 1);
+        assert!(m.upsert_pod(pod("p1", "web", &[1])).is_empty());
+        assert!(m.failures(&pid("a")).is_empty());
+        assert_eq!(m.programmed()[&pid("a")].cgroups, [1].into());
+    }
+
+    #[test]
+    fn a_pod_leaving_a_selector_is_unbound() {
+        let mut m = EgressManager::new(fake()).unwrap();
+        let mut pol = policy("a", Mode::Enforce, &[], &["10.0.0.1"]);
+        pol.target = PodTarget::compile(
+            Some(
+                &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                    match_labels: Some([("app".to_string(), "web".to_string())].into()),
+                    match_expressions: None,
+                },
+            ),
+            None,
+            &FieldPath::spec(),
+        )
+        .unwrap();
+        m.upsert_policy(pol);
+        m.upsert_pod(pod("p1", "web", &[1]));
+        assert_eq!(m.programmed()[&pid("a")].cgroups, [1].into());
+        m.upsert_pod(pod("p1", "db", &[1]));
+        assert!(m.programmed()[&pid("a")].cgroups.is_empty());
+        assert_eq!(m.pod_of_cgroup(1).map(|p| p.uid.as_str()), Some("p1"));
+        m.delete_pod("p1");
+        assert!(m.pod_of_cgroup(1).is_none());
+    }
+
+    #[test]
+    fn the_manager_drives_the_kernel_backend_too() {
+        let mut b = EgressEnforcer::new(MemKernel::default());
+        b.set_cgroup_path(7, PathBuf::from("/unused"));
+        let mut m = EgressManager::new(b).unwrap();
+        m.upsert_pod(pod("p1", "web", &[1]));
+        m.upsert_policy(policy("a", Mode::Enforce, &["10.0.0.0/8"], &["*"]));
+        m.upsert_policy(policy(
+            "b",
+            Mode::Enforce,
+            &["192.0.2.0/24"],
+            &["10.1.0.0/16"],
+        ));
+        let k = m.backend_mut().kernel_mut();
+        assert_eq!(
+            k.attached.get(&1),
+            Some(&PathBuf::from("/sys/fs/cgroup/c1"))
+        );
+        assert_eq!(k.packet(1, ip("10.2.0.1")), Some(bpf::Decision::Allowed));
+        assert_eq!(k.packet(1, ip("10.1.0.1")), Some(bpf::Decision::Denied));
+        assert_eq!(k.packet(1, ip("192.0.2.1")), Some(bpf::Decision::Allowed));
+        assert_eq!(
+            k.packet(1, ip("198.51.100.1")),
+            Some(bpf::Decision::DefaultDenied)
+        );
+        m.delete_pod("p1");
+        assert!(m.backend().kernel().attached.is_empty());
+        assert!(m.backend().kernel().allow.is_empty());
+    }
+}

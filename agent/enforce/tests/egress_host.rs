@@ -1,0 +1,175 @@
+//! The network manager over the kernel egress backend, with real loopback
+//! traffic (needs root): policies and a pod in, connects allowed or dropped
+//! out. Run with `cargo test -p kyverno-runtime-enforce --features
+//! host-tests --test egress_host`.
+//!
+//! The pod's "container" is a cgroup this test creates under the cgroup2
+//! mount; a child of this binary joins it and connects (so no shell is
+//! needed). A dropped SYN shows as a connect timeout: the assertions are
+//! on outcomes, never on durations.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use kyverno_runtime_enforce::egress::{
+    ContainerCgroup, EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy,
+};
+use kyverno_runtime_enforce::openexec::{BehaviorLists, Mode};
+use kyverno_runtime_enforce::PolicyId;
+use kyverno_runtime_policy::selector::PodTarget;
+use kyverno_runtime_policy::values::FieldPath;
+
+const CHILD_ENV: &str = "KRT_EGRESS_HOST_CHILD";
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
+
+fn cgroup2_mount() -> PathBuf {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountinfo
+        .lines()
+        .find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            (right.split_whitespace().next()? == "cgroup2")
+                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .expect("no cgroup2 mount in /proc/self/mountinfo")
+}
+
+struct TempCgroup(PathBuf);
+
+impl TempCgroup {
+    fn new(tag: &str) -> Self {
+        let dir = cgroup2_mount().join(format!("krt-egress-host-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir(&dir);
+        fs::create_dir(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn id(&self) -> u64 {
+        fs::metadata(&self.0).unwrap().ino()
+    }
+}
+
+impl Drop for TempCgroup {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            if fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("cannot remove {}", self.0.display());
+    }
+}
+
+/// The child: joins the cgroup and connects; exit 0 connected, 10 not.
+#[test]
+fn connect_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (dir, addr) = spec.split_once('\t').unwrap();
+    fs::write(
+        Path::new(dir).join("cgroup.procs"),
+        std::process::id().to_string(),
+    )
+    .unwrap();
+    let addr: SocketAddr = addr.parse().unwrap();
+    let code = match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+        Ok(_) => 0,
+        Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => 10,
+        Err(e) => {
+            eprintln!("child: connect {addr}: {e}");
+            11
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Whether a child in `cg` connects to a listener on `ip`.
+fn connects(cg: &TempCgroup, ip: &str) -> bool {
+    let ip: IpAddr = ip.parse().unwrap();
+    let listener = TcpListener::bind((ip, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "connect_child", "--nocapture", "-q"])
+        .env(CHILD_ENV, format!("{}\t{addr}", cg.0.display()))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    match status.code() {
+        Some(0) => true,
+        Some(10 | 11) => false,
+        _ => panic!("child failed: {status}"),
+    }
+}
+
+fn policy(id: &str, allow: &[&str], deny: &[&str]) -> NetworkPolicy {
+    NetworkPolicy {
+        id: PolicyId::new(id).unwrap(),
+        name: id.into(),
+        mode: Mode::Enforce,
+        target: PodTarget::everything(),
+        network: Some(BehaviorLists {
+            field: FieldPath::spec()
+                .field("behaviors")
+                .index(0)
+                .field("network"),
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+        }),
+    }
+}
+
+#[test]
+fn policies_union_over_a_real_cgroup() {
+    let cg = TempCgroup::new("union");
+    let mut m = EgressManager::new(EgressEnforcer::load().unwrap()).unwrap();
+    m.upsert_pod(NetworkPod {
+        uid: "pod-1".into(),
+        namespace: "default".into(),
+        name: "web".into(),
+        labels: BTreeMap::new(),
+        namespace_labels: BTreeMap::new(),
+        cgroups: vec![ContainerCgroup {
+            id: cg.id(),
+            path: cg.0.clone(),
+        }],
+    });
+    // Default deny with an allow list, and a name that is refused (not
+    // resolved yet) rather than dropped.
+    let out = m.upsert_policy(policy("allow-list", &["127.0.0.2", "db.example"], &["*"]));
+    assert!(out.failures.is_empty(), "{:?}", out.failures);
+    assert_eq!(out.rejections.len(), 1);
+    assert!(out.rejections[0].needs_name_resolution());
+    // A second policy: its allow lifts the first one's default deny, its
+    // deny beats every allow.
+    let out = m.upsert_policy(policy("second", &["::1"], &["127.0.0.2/32"]));
+    assert!(out.failures.is_empty(), "{:?}", out.failures);
+
+    assert!(connects(&cg, "::1"));
+    assert!(!connects(&cg, "127.0.0.2"), "explicit deny beats allow");
+    assert!(!connects(&cg, "127.0.0.3"), "default deny");
+
+    // Removing the deny from the second policy (a diff) lets 127.0.0.2 in.
+    m.upsert_policy(policy("second", &["::1"], &[]));
+    assert!(connects(&cg, "127.0.0.2"));
+    // Deleting the default-deny policy lifts the default deny.
+    assert!(m
+        .delete_policy(&PolicyId::new("allow-list").unwrap())
+        .is_empty());
+    assert!(connects(&cg, "127.0.0.3"));
+    // The pod gone: detached, nothing filters it.
+    m.upsert_policy(policy("second", &[], &["::1"]));
+    assert!(!connects(&cg, "::1"));
+    assert!(m.delete_pod("pod-1").is_empty());
+    assert!(connects(&cg, "::1"));
+    assert_eq!(m.backend().kernel().attached().count(), 0);
+}

@@ -1,0 +1,320 @@
+//! ns per packet of the cgroup_skb programs, via `BPF_PROG_TEST_RUN`
+//! (needs root): the egress filter with 10, 1,000 and 100,000 entries
+//! (IPv4 and IPv6), the protocol classifier on a first segment and on a
+//! cached flow, and an empty cgroup_skb program as the floor, all measured
+//! in one run and printed with their ratio to the floor.
+//!
+//! Run with `cargo bench -p kyverno-runtime-bpf --features host-tests
+//! --bench cgroup_skb`. Nothing is asserted about the figures: they vary
+//! with the machine, and a timed assertion would be a flaky test.
+
+// A benchmark program: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kyverno_runtime_bpf::egress::{EgressFilter, FilterFlags, FloorProgram, Prefix, Verdict};
+use kyverno_runtime_bpf::protocol::{
+    ProtoFlags, ProtoKey, Protocol, ProtocolClassifier, Verdict as ProtoVerdict,
+};
+
+/// Runs per measurement with the kernel's repeat count.
+const REPEAT: u32 = 200_000;
+/// Single-run measurements for the first-segment case (a fresh flow each).
+const FRESH_FLOWS: u16 = 20_000;
+/// Each measurement is taken this many times; the median is printed.
+const ROUNDS: usize = 5;
+
+const SET: u32 = 1;
+
+fn own_cgroup_id() -> u64 {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = mountinfo
+        .lines()
+        .find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            (right.split_whitespace().next()? == "cgroup2")
+                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .expect("no cgroup2 mount");
+    let cgroups = fs::read_to_string("/proc/self/cgroup").unwrap();
+    let path = cgroups
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("no cgroup v2 line");
+    fs::metadata(mount.join(path.trim_start_matches('/')))
+        .unwrap()
+        .ino()
+}
+
+// ---- frames -------------------------------------------------------------------
+
+fn ethernet(ethertype: u16, l3: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8; 12];
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(l3);
+    f
+}
+
+fn ipv4(dst: Ipv4Addr, proto: u8, l4: &[u8]) -> Vec<u8> {
+    let total = u16::try_from(20 + l4.len()).unwrap();
+    let mut h = vec![0x45, 0];
+    h.extend_from_slice(&total.to_be_bytes());
+    h.extend_from_slice(&[0, 0, 0x40, 0, 64, proto, 0, 0]);
+    h.extend_from_slice(&[10, 0, 0, 1]);
+    h.extend_from_slice(&dst.octets());
+    h.extend_from_slice(l4);
+    ethernet(0x0800, &h)
+}
+
+fn ipv6(dst: Ipv6Addr, next: u8, l4: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x60, 0, 0, 0];
+    h.extend_from_slice(&u16::try_from(l4.len()).unwrap().to_be_bytes());
+    h.extend_from_slice(&[next, 64]);
+    h.extend_from_slice(&Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).octets());
+    h.extend_from_slice(&dst.octets());
+    h.extend_from_slice(l4);
+    ethernet(0x86dd, &h)
+}
+
+fn udp(payload: &[u8]) -> Vec<u8> {
+    let mut u = vec![0x30, 0x39, 0x01, 0xbb];
+    u.extend_from_slice(&u16::try_from(8 + payload.len()).unwrap().to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+fn tcp(sport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut t = sport.to_be_bytes().to_vec();
+    t.extend_from_slice(&443u16.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+    t.extend_from_slice(payload);
+    t
+}
+
+fn u16be(n: usize) -> [u8; 2] {
+    u16::try_from(n).unwrap().to_be_bytes()
+}
+
+/// A TLS ClientHello offering ALPN `h2`, in one record.
+fn client_hello() -> Vec<u8> {
+    let ext = |kind: u16, body: &[u8]| {
+        let mut e = kind.to_be_bytes().to_vec();
+        e.extend_from_slice(&u16be(body.len()));
+        e.extend_from_slice(body);
+        e
+    };
+    let mut exts = ext(
+        0,
+        &[
+            0, 14, 0, 0, 11, b'e', b'x', b'a', b'm', b'p', b'l', b'e', b'.', b'c', b'o', b'm',
+        ],
+    );
+    exts.extend_from_slice(&ext(16, &[0, 3, 2, b'h', b'2']));
+    exts.extend_from_slice(&ext(43, &[4, 0x03, 0x04, 0x03, 0x03]));
+    let mut body = vec![0x03, 0x03];
+    body.extend_from_slice(&[0x5a; 32]);
+    body.push(32);
+    body.extend_from_slice(&[0xa5; 32]);
+    body.extend_from_slice(&[0, 4, 0x13, 0x01, 0x13, 0x02, 1, 0]);
+    body.extend_from_slice(&u16be(exts.len()));
+    body.extend_from_slice(&exts);
+    let mut hs = vec![1u8];
+    hs.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes()[1..]);
+    hs.extend_from_slice(&body);
+    let mut record = vec![22, 0x03, 0x01];
+    record.extend_from_slice(&u16be(hs.len()));
+    record.extend_from_slice(&hs);
+    record
+}
+
+// ---- entries ------------------------------------------------------------------
+
+/// The `i`th of `n` distinct IPv4 host prefixes (a bijection of `u32`
+/// spreads them over the address space, so the trie is not one chain).
+fn v4_entry(i: u32) -> Ipv4Addr {
+    Ipv4Addr::from(i.wrapping_mul(0x9e37_79b1) ^ 0x0a00_0000)
+}
+
+/// The `i`th distinct IPv6 /64.
+fn v6_entry(i: u32) -> Ipv6Addr {
+    let x = i.wrapping_mul(0x9e37_79b1);
+    Ipv6Addr::new(
+        0x2001,
+        0x0db8,
+        u16::try_from(x >> 16).unwrap(),
+        u16::try_from(x & 0xffff).unwrap(),
+        0,
+        0,
+        0,
+        0,
+    )
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+struct Row {
+    name: String,
+    per_packet: Duration,
+}
+
+fn main() {
+    let cgroup = own_cgroup_id();
+    let mut rows = Vec::new();
+    let probe4 = ipv4(Ipv4Addr::new(192, 0, 2, 1), 17, &udp(b"bench"));
+
+    // The floor, with the same frame as the IPv4 egress case.
+    let floor = FloorProgram::load().unwrap();
+    let floor_ns = median(
+        (0..ROUNDS)
+            .map(|_| floor.test_run_repeat(&probe4, REPEAT).unwrap().per_run)
+            .collect(),
+    );
+    rows.push(Row {
+        name: "floor: empty cgroup_skb program".into(),
+        per_packet: floor_ns,
+    });
+
+    // The egress filter: N entries in the allow list of the set, a default
+    // deny; the probe hits one allowed entry (deny miss, allow hit) and
+    // one address nothing allows (both misses, default deny).
+    for n in [10u32, 1_000, 100_000] {
+        for v6 in [false, true] {
+            let filter = EgressFilter::load().unwrap();
+            for i in 0..n {
+                let prefix = if v6 {
+                    Prefix::new(v6_entry(i).into(), 64).unwrap()
+                } else {
+                    Prefix::host(v4_entry(i).into())
+                };
+                filter.insert(SET, Verdict::Allow, prefix).unwrap();
+            }
+            // A deny entry, so the deny trie is not empty either.
+            let deny: Prefix = if v6 {
+                "fd00:dead::/32"
+            } else {
+                "198.51.100.0/24"
+            }
+            .parse()
+            .unwrap();
+            filter.insert(SET, Verdict::Deny, deny).unwrap();
+            filter
+                .set_filter(
+                    cgroup,
+                    SET,
+                    FilterFlags {
+                        default_deny: true,
+                        observe: false,
+                    },
+                )
+                .unwrap();
+            let hit = if v6 {
+                ipv6(
+                    Ipv6Addr::from(u128::from(v6_entry(n / 2)) | 0x1234),
+                    17,
+                    &udp(b"bench"),
+                )
+            } else {
+                ipv4(v4_entry(n / 2), 17, &udp(b"bench"))
+            };
+            let miss = if v6 {
+                ipv6(
+                    Ipv6Addr::new(0x2001, 0xdb9, 0, 0, 0, 0, 0, 1),
+                    17,
+                    &udp(b"bench"),
+                )
+            } else {
+                ipv4(Ipv4Addr::new(203, 0, 113, 1), 17, &udp(b"bench"))
+            };
+            let family = if v6 { "IPv6 /64" } else { "IPv4 /32" };
+            for (case, frame, want) in [("allowed", &hit, 1), ("default-denied", &miss, 0)] {
+                let runs: Vec<Duration> = (0..ROUNDS)
+                    .map(|_| {
+                        let r = filter.test_run_repeat(frame, REPEAT).unwrap();
+                        assert_eq!(r.verdict, want, "{family} {n} {case}");
+                        r.per_run
+                    })
+                    .collect();
+                rows.push(Row {
+                    name: format!("egress {family}, {n:>6} entries, {case}"),
+                    per_packet: median(runs),
+                });
+            }
+            filter.remove_cgroup(cgroup).unwrap();
+        }
+    }
+
+    // The classifier: a TLS ClientHello on a fresh flow (classified; one
+    // run per source port, since the second run of a flow is cached), and
+    // on a flow whose verdict is cached.
+    let classifier = ProtocolClassifier::load().unwrap();
+    classifier
+        .insert(SET, ProtoVerdict::Deny, ProtoKey::any(Protocol::Ssh))
+        .unwrap();
+    classifier
+        .set_filter(cgroup, SET, ProtoFlags::default())
+        .unwrap();
+    let hello = client_hello();
+    let dst = Ipv4Addr::new(192, 0, 2, 10);
+    let mut fresh = Vec::new();
+    let mut fresh_floor = Vec::new();
+    for sport in 1_000..1_000 + FRESH_FLOWS {
+        let frame = ipv4(dst, 6, &tcp(sport, &hello));
+        let r = classifier.test_run_repeat(&frame, 1).unwrap();
+        assert_eq!(r.verdict, 1);
+        fresh.push(r.per_run);
+        // The floor the same way (one run per call), for a like-for-like
+        // ratio: a single run carries the harness's fixed cost.
+        fresh_floor.push(floor.test_run_repeat(&frame, 1).unwrap().per_run);
+    }
+    let mean = |v: &[Duration]| v.iter().sum::<Duration>() / u32::try_from(v.len()).unwrap();
+    let stats = classifier.read_stats().unwrap();
+    assert_eq!(stats.tls, u64::from(FRESH_FLOWS), "{stats:?}");
+    rows.push(Row {
+        name: "floor: empty program, single runs".into(),
+        per_packet: mean(&fresh_floor),
+    });
+    rows.push(Row {
+        name: "classifier: first segment (TLS ClientHello), single runs".into(),
+        per_packet: mean(&fresh),
+    });
+    let cached = ipv4(dst, 6, &tcp(999, &hello));
+    classifier.test_run(&cached).unwrap();
+    let runs: Vec<Duration> = (0..ROUNDS)
+        .map(|_| classifier.test_run_repeat(&cached, REPEAT).unwrap().per_run)
+        .collect();
+    rows.push(Row {
+        name: "classifier: cached flow".into(),
+        per_packet: median(runs),
+    });
+    classifier.remove_cgroup(cgroup).unwrap();
+
+    println!(
+        "BPF_PROG_TEST_RUN, repeat {REPEAT} (median of {ROUNDS}); first segments: mean of {FRESH_FLOWS} single runs"
+    );
+    println!("{:<62} {:>10} {:>9}", "case", "ns/packet", "x floor");
+    let single_floor = mean(&fresh_floor);
+    for r in &rows {
+        // Single-run rows compare with the single-run floor.
+        let base = if r.name.contains("single runs") {
+            single_floor
+        } else {
+            floor_ns
+        };
+        let ratio = r.per_packet.as_secs_f64() / base.as_secs_f64().max(1e-9);
+        println!(
+            "{:<62} {:>10} {:>9.2}",
+            r.name,
+            r.per_packet.as_nanos(),
+            ratio
+        );
+    }
+}

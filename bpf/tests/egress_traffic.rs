@@ -1,0 +1,629 @@
+//! Real traffic through the attached cgroup_skb programs (needs root).
+//!
+//! Run with `cargo test -p kyverno-runtime-bpf --features host-tests --test
+//! egress_traffic -- --test-threads=1`. Each test creates a cgroup under the
+//! cgroup2 mount found in /proc/self/mountinfo, attaches a program to it,
+//! and starts a child *of this very binary* (so the test needs no shell and
+//! runs in a busybox-only vmtest guest): the child writes its pid into the
+//! cgroup's `cgroup.procs`, then connects or sends over loopback to a
+//! listener this process started. Nothing leaves loopback.
+//!
+//! A dropped TCP SYN shows as a connect timeout, so the child's connect
+//! timeout is short ([`CONNECT_TIMEOUT`]) and every assertion is on an
+//! outcome (connected / timed out / delivered / not delivered), never on a
+//! duration. The listeners live in this process's cgroup, which no program
+//! filters, so replies (SYN-ACKs) always leave.
+
+// The helpers are test code too: a panic there is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::io::{ErrorKind, Read as _, Write as _};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kyverno_runtime_bpf::cgroup_attach::{cgroup_id, CgroupAttachments, CgroupLink};
+use kyverno_runtime_bpf::dns::{DnsObserver, DnsQuestion};
+use kyverno_runtime_bpf::egress::{EgressFilter, FilterFlags, Prefix, Stats, Verdict};
+use kyverno_runtime_bpf::protocol::{
+    ProtoFlags, ProtoKey, Protocol, ProtocolClassifier, Verdict as ProtoVerdict,
+};
+
+/// How long a child waits for a TCP handshake. A SYN the filter drops is
+/// retransmitted after 1 s and dropped again, so 1.5 s always ends in a
+/// timeout for a dropped connect and never for an allowed one on loopback.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// How long the parent waits for data that a dropped flow never delivers.
+const RECV_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// The environment variable that turns this binary into a traffic child.
+const CHILD_ENV: &str = "KRT_EGRESS_TRAFFIC_CHILD";
+
+// ---- cgroups ------------------------------------------------------------------
+
+/// The mount point of the first cgroup2 filesystem (field 5 of a mountinfo
+/// line whose filesystem type, after " - ", is cgroup2).
+fn cgroup2_mount() -> PathBuf {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountinfo
+        .lines()
+        .find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            (right.split_whitespace().next()? == "cgroup2")
+                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .expect("no cgroup2 mount in /proc/self/mountinfo")
+}
+
+/// A child cgroup of the cgroup v2 mount, removed on drop.
+struct TempCgroup(PathBuf);
+
+impl TempCgroup {
+    fn new(tag: &str) -> Self {
+        let dir = cgroup2_mount().join(format!("krt-traffic-{tag}-{}", std::process::id()));
+        // A leftover of an aborted run (same pid reused) would still hold
+        // links; it is empty, so removing it is safe.
+        let _ = fs::remove_dir(&dir);
+        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        Self(dir)
+    }
+
+    fn id(&self) -> u64 {
+        cgroup_id(&self.0).unwrap()
+    }
+}
+
+impl Drop for TempCgroup {
+    fn drop(&mut self) {
+        // Children have exited; an exited process may linger in
+        // cgroup.procs for a moment, so retry the rmdir.
+        for _ in 0..100 {
+            if fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("cannot remove {}", self.0.display());
+    }
+}
+
+// ---- the child ------------------------------------------------------------------
+
+/// What the child reports through its exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// TCP: connected (and wrote the payload); UDP: the send succeeded.
+    Done,
+    /// TCP: the handshake did not complete in [`CONNECT_TIMEOUT`].
+    TimedOut,
+    /// The kernel refused the send or connect with an error (UDP: EPERM
+    /// from the egress hook's drop).
+    Refused,
+}
+
+const EXIT_DONE: i32 = 0;
+const EXIT_TIMED_OUT: i32 = 10;
+const EXIT_REFUSED: i32 = 11;
+
+/// The child's side: not a test unless [`CHILD_ENV`] is set, when it joins
+/// the cgroup, does its one operation and exits with an [`Outcome`] code.
+#[test]
+fn traffic_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut parts = spec.split('\t');
+    let (dir, op, addr, payload) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap_or(""),
+    );
+    let payload = unhex(payload);
+    fs::write(
+        Path::new(dir).join("cgroup.procs"),
+        std::process::id().to_string(),
+    )
+    .unwrap();
+    let addr: SocketAddr = addr.parse().unwrap();
+    let code = match op {
+        "tcp" => match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            Ok(mut s) => {
+                if !payload.is_empty() {
+                    s.write_all(&payload).unwrap();
+                }
+                // Keep the connection until the parent has looked at what
+                // arrived and closed its side (or gave up).
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut sink = [0u8; 64];
+                let _ = s.read(&mut sink);
+                EXIT_DONE
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => {
+                EXIT_TIMED_OUT
+            }
+            Err(e) => {
+                eprintln!("child: connect {addr}: {e}");
+                EXIT_REFUSED
+            }
+        },
+        "udp" => {
+            let local: SocketAddr = if addr.is_ipv4() {
+                (Ipv4Addr::LOCALHOST, 0).into()
+            } else {
+                (Ipv6Addr::LOCALHOST, 0).into()
+            };
+            let s = UdpSocket::bind(local).unwrap();
+            match s.send_to(&payload, addr) {
+                Ok(_) => EXIT_DONE,
+                Err(e) => {
+                    eprintln!("child: send to {addr}: {e}");
+                    EXIT_REFUSED
+                }
+            }
+        }
+        other => panic!("unknown child op {other}"),
+    };
+    std::process::exit(code);
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Starts a child in `cg` doing `op` to `addr` with `payload`.
+fn spawn_child(cg: &TempCgroup, op: &str, addr: SocketAddr, payload: &[u8]) -> std::process::Child {
+    let exe = std::env::current_exe().unwrap();
+    Command::new(exe)
+        .args([
+            "--exact",
+            "traffic_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            CHILD_ENV,
+            format!("{}\t{op}\t{addr}\t{}", cg.0.display(), hex(payload)),
+        )
+        .spawn()
+        .unwrap()
+}
+
+fn outcome_of(child: std::process::Child) -> Outcome {
+    let status = child.wait_with_output().unwrap().status;
+    match status.code() {
+        Some(EXIT_DONE) => Outcome::Done,
+        Some(EXIT_TIMED_OUT) => Outcome::TimedOut,
+        Some(EXIT_REFUSED) => Outcome::Refused,
+        _ => panic!("traffic child failed: {status}"),
+    }
+}
+
+// ---- probes -------------------------------------------------------------------------
+
+/// A TCP connect from `cg` to a listener on `ip`: whether it connected.
+fn tcp_connects(cg: &TempCgroup, ip: IpAddr) -> bool {
+    let listener = TcpListener::bind((ip, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let child = spawn_child(cg, "tcp", addr, b"");
+    // Accept (non-blocking, bounded) so a connected child is released.
+    listener.set_nonblocking(true).unwrap();
+    let mut accepted = None;
+    let deadline = Instant::now() + CONNECT_TIMEOUT + Duration::from_secs(1);
+    while accepted.is_none() && Instant::now() < deadline {
+        match listener.accept() {
+            Ok((s, _)) => accepted = Some(s),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+    drop(accepted); // the child's read sees EOF and exits
+    match outcome_of(child) {
+        Outcome::Done => true,
+        Outcome::TimedOut | Outcome::Refused => false,
+    }
+}
+
+/// A UDP datagram from `cg` to a socket on `ip`: whether it arrived.
+fn udp_delivers(cg: &TempCgroup, ip: IpAddr) -> bool {
+    let sock = UdpSocket::bind((ip, 0)).unwrap();
+    sock.set_read_timeout(Some(RECV_TIMEOUT)).unwrap();
+    let addr = sock.local_addr().unwrap();
+    let child = spawn_child(cg, "udp", addr, b"krt-ping");
+    let outcome = outcome_of(child);
+    let mut buf = [0u8; 64];
+    let got = match sock.recv_from(&mut buf) {
+        Ok((n, _)) => &buf[..n] == b"krt-ping",
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,
+        Err(e) => panic!("recv: {e}"),
+    };
+    // A delivered datagram was sent; a dropped one may or may not have
+    // made send fail (the hook's drop is EPERM to UDP on these kernels).
+    if got {
+        assert_eq!(outcome, Outcome::Done);
+    }
+    got
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+// ---- the egress filter ----------------------------------------------------------------
+
+/// A filter attached to a fresh cgroup with one set.
+struct Egress {
+    filter: EgressFilter,
+    cg: TempCgroup,
+    link: Option<CgroupLink>,
+}
+
+const SET: u32 = 7;
+
+impl Egress {
+    /// Programs the set's entries, then its flags, then attaches (the
+    /// spec's order).
+    fn new(tag: &str, allow: &[&str], deny: &[&str], flags: FilterFlags) -> Self {
+        let filter = EgressFilter::load().unwrap();
+        for p in allow {
+            filter
+                .insert(SET, Verdict::Allow, p.parse::<Prefix>().unwrap())
+                .unwrap();
+        }
+        for p in deny {
+            filter
+                .insert(SET, Verdict::Deny, p.parse::<Prefix>().unwrap())
+                .unwrap();
+        }
+        let cg = TempCgroup::new(tag);
+        let link = filter.attach_cgroup(&cg.0, SET, flags).unwrap();
+        assert_eq!(link.cgroup_id(), cg.id());
+        assert_eq!(link.program(), "krt_egress");
+        Self {
+            filter,
+            cg,
+            link: Some(link),
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        self.filter.read_stats().unwrap()
+    }
+
+    /// Asserts TCP and UDP to `addr` both pass or both drop, and that each
+    /// drop was counted.
+    fn expect(&self, addr: &str, passes: bool) {
+        let before = self.stats();
+        let tcp = tcp_connects(&self.cg, ip(addr));
+        let udp = udp_delivers(&self.cg, ip(addr));
+        let after = self.stats();
+        assert_eq!(
+            (tcp, udp),
+            (passes, passes),
+            "{addr}: expected {} (tcp, udp); stats {after:?}",
+            if passes { "pass" } else { "drop" }
+        );
+        if passes {
+            assert!(after.passed() > before.passed(), "{addr}: {after:?}");
+        } else {
+            // At least the SYN and the datagram (SYN retransmits add more).
+            assert!(
+                after.dropped() >= before.dropped() + 2,
+                "{addr}: drops not counted: {before:?} -> {after:?}"
+            );
+        }
+    }
+}
+
+impl Drop for Egress {
+    fn drop(&mut self) {
+        if let Some(link) = self.link.take() {
+            // Revoke, then detach.
+            assert!(self.filter.detach_cgroup(link).unwrap());
+        }
+    }
+}
+
+#[test]
+fn a_v4_host_entry_drops_that_address_only() {
+    let e = Egress::new("v4-32", &[], &["127.0.0.2/32"], FilterFlags::default());
+    e.expect("127.0.0.2", false);
+    e.expect("127.0.0.3", true);
+    e.expect("::1", true);
+    assert!(e.stats().denied >= 2);
+}
+
+#[test]
+fn a_v4_slash_8_drops_all_of_loopback_but_not_v6() {
+    let e = Egress::new("v4-8", &[], &["127.0.0.0/8"], FilterFlags::default());
+    e.expect("127.0.0.1", false);
+    e.expect("127.9.8.7", false);
+    e.expect("::1", true);
+}
+
+#[test]
+fn a_v6_host_entry_drops_that_address_only() {
+    let e = Egress::new("v6-128", &[], &["::1/128"], FilterFlags::default());
+    e.expect("::1", false);
+    e.expect("127.0.0.1", true);
+}
+
+#[test]
+fn a_v6_slash_64_drops_what_it_contains() {
+    let e = Egress::new("v6-64", &[], &["::/64"], FilterFlags::default());
+    e.expect("::1", false);
+    e.expect("127.0.0.1", true);
+    // A /64 that does not contain ::1 decides nothing for it.
+    let other = Egress::new(
+        "v6-64-other",
+        &[],
+        &["2001:db8::/64"],
+        FilterFlags::default(),
+    );
+    other.expect("::1", true);
+}
+
+#[test]
+fn default_deny_passes_only_the_allow_list() {
+    let flags = FilterFlags {
+        default_deny: true,
+        observe: false,
+    };
+    let e = Egress::new("dd", &["127.0.0.2/32", "::1/128"], &[], flags);
+    e.expect("127.0.0.2", true);
+    e.expect("::1", true);
+    e.expect("127.0.0.3", false);
+    e.expect("127.0.0.1", false);
+    let s = e.stats();
+    assert!(s.allowed >= 2 && s.default_denied >= 2, "{s:?}");
+}
+
+#[test]
+fn an_explicit_deny_beats_a_wider_allow() {
+    let flags = FilterFlags {
+        default_deny: true,
+        observe: false,
+    };
+    let e = Egress::new("deny-beats", &["127.0.0.0/8"], &["127.0.0.5/32"], flags);
+    e.expect("127.0.0.4", true);
+    e.expect("127.0.0.5", false);
+}
+
+#[test]
+fn observation_counts_real_destinations() {
+    let flags = FilterFlags {
+        default_deny: false,
+        observe: true,
+    };
+    let e = Egress::new("observe", &[], &["127.0.0.6/32"], flags);
+    e.expect("127.0.0.6", false);
+    e.expect("127.0.0.7", true);
+    let obs = e.filter.drain_observations().unwrap();
+    let denied: u64 = obs
+        .iter()
+        .filter(|o| o.destination == ip("127.0.0.6") && o.decision.dropped())
+        .map(|o| o.count)
+        .sum();
+    let passed: u64 = obs
+        .iter()
+        .filter(|o| o.destination == ip("127.0.0.7") && !o.decision.dropped())
+        .map(|o| o.count)
+        .sum();
+    assert!(denied >= 2 && passed >= 2, "{obs:?}");
+    assert!(obs.iter().all(|o| o.set_id == SET));
+}
+
+#[test]
+fn a_detached_cgroup_is_no_longer_filtered() {
+    let mut e = Egress::new("detach", &[], &["127.0.0.8/32"], FilterFlags::default());
+    e.expect("127.0.0.8", false);
+    let link = e.link.take().unwrap();
+    assert!(e.filter.detach_cgroup(link).unwrap());
+    assert!(tcp_connects(&e.cg, ip("127.0.0.8")));
+}
+
+#[test]
+fn attachments_are_keyed_by_path_and_coexist() {
+    // The egress filter and the classifier on one cgroup, as the agent
+    // attaches them: both run, and either can drop.
+    let filter = EgressFilter::load().unwrap();
+    let classifier = ProtocolClassifier::load().unwrap();
+    let cg = TempCgroup::new("multi");
+    filter
+        .insert(SET, Verdict::Deny, "127.0.0.9/32".parse().unwrap())
+        .unwrap();
+    let mut egress_links = CgroupAttachments::new();
+    let mut proto_links = CgroupAttachments::new();
+    assert!(egress_links
+        .attach_with(&cg.0, |d| filter.attach_cgroup(
+            d,
+            SET,
+            FilterFlags::default()
+        ))
+        .unwrap());
+    // A second attach of the same path is a no-op, not a second link.
+    assert!(!egress_links
+        .attach_with(&cg.0, |d| filter.attach_cgroup(
+            d,
+            SET,
+            FilterFlags::default()
+        ))
+        .unwrap());
+    assert!(proto_links
+        .attach_with(&cg.0, |d| classifier.attach_cgroup(
+            d,
+            1,
+            ProtoFlags::default()
+        ))
+        .unwrap());
+    assert!(!tcp_connects(&cg, ip("127.0.0.9")));
+    assert!(tcp_connects(&cg, ip("127.0.0.10")));
+    assert!(classifier.read_stats().unwrap().packets > 0);
+    let link = egress_links.take(&cg.0).unwrap();
+    assert!(filter.detach_cgroup(link).unwrap());
+    assert!(tcp_connects(&cg, ip("127.0.0.9")));
+    let link = proto_links.take(&cg.0).unwrap();
+    assert!(classifier.detach_cgroup(link).unwrap());
+}
+
+// ---- the protocol classifier ----------------------------------------------------------
+
+fn u16be(n: usize) -> [u8; 2] {
+    u16::try_from(n).unwrap().to_be_bytes()
+}
+
+fn extension(kind: u16, body: &[u8]) -> Vec<u8> {
+    let mut e = kind.to_be_bytes().to_vec();
+    e.extend_from_slice(&u16be(body.len()));
+    e.extend_from_slice(body);
+    e
+}
+
+/// A TLS 1.3 ClientHello in one record, offering ALPN `h2`.
+fn client_hello() -> Vec<u8> {
+    let mut list = vec![2u8];
+    list.extend_from_slice(b"h2");
+    let mut alpn = u16be(list.len()).to_vec();
+    alpn.extend_from_slice(&list);
+    let mut exts = extension(16, &alpn);
+    exts.extend_from_slice(&extension(43, &[4, 0x03, 0x04, 0x03, 0x03]));
+    let mut body = vec![0x03, 0x03];
+    body.extend_from_slice(&[0x5a; 32]);
+    body.push(32);
+    body.extend_from_slice(&[0xa5; 32]);
+    body.extend_from_slice(&[0, 4, 0x13, 0x01, 0x13, 0x02]);
+    body.extend_from_slice(&[1, 0]);
+    body.extend_from_slice(&u16be(exts.len()));
+    body.extend_from_slice(&exts);
+    let mut hs = vec![1u8];
+    let len = u32::try_from(body.len()).unwrap().to_be_bytes();
+    hs.extend_from_slice(&len[1..]);
+    hs.extend_from_slice(&body);
+    let mut record = vec![22, 0x03, 0x01];
+    record.extend_from_slice(&u16be(hs.len()));
+    record.extend_from_slice(&hs);
+    record
+}
+
+/// A child in `cg` connects to `listener` and writes `payload`; returns the
+/// bytes the listener received (empty if the first segment was dropped).
+fn stream_received(cg: &TempCgroup, listener: &TcpListener, payload: &[u8]) -> Vec<u8> {
+    let child = spawn_child(cg, "tcp", listener.local_addr().unwrap(), payload);
+    let (mut conn, _) = listener.accept().unwrap();
+    conn.set_read_timeout(Some(RECV_TIMEOUT)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.len() < payload.len() {
+        match conn.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+    drop(conn);
+    // The handshake has no payload: it passed whatever the verdict.
+    assert_eq!(outcome_of(child), Outcome::Done);
+    got
+}
+
+#[test]
+fn an_ssh_stream_is_dropped_and_tls_to_the_same_port_passes() {
+    let classifier = ProtocolClassifier::load().unwrap();
+    classifier
+        .insert(1, ProtoVerdict::Deny, ProtoKey::any(Protocol::Ssh))
+        .unwrap();
+    let cg = TempCgroup::new("proto");
+    let link = classifier
+        .attach_cgroup(&cg.0, 1, ProtoFlags::default())
+        .unwrap();
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+
+    let ssh = b"SSH-2.0-OpenSSH_9.6 krt-test\r\n";
+    assert_eq!(stream_received(&cg, &listener, ssh), b"");
+    let hello = client_hello();
+    assert_eq!(stream_received(&cg, &listener, &hello), hello);
+
+    let s = classifier.read_stats().unwrap();
+    assert_eq!(s.ssh, 1, "{s:?}");
+    assert_eq!(s.tls, 1, "{s:?}");
+    // The first segment and at least one retransmit of the ssh flow.
+    assert!(s.drops >= 1, "{s:?}");
+
+    // The same over IPv6.
+    let listener6 = TcpListener::bind((Ipv6Addr::LOCALHOST, 0)).unwrap();
+    assert_eq!(stream_received(&cg, &listener6, ssh), b"");
+    assert_eq!(stream_received(&cg, &listener6, &hello), hello);
+    assert!(classifier.detach_cgroup(link).unwrap());
+}
+
+// ---- the DNS observer -------------------------------------------------------------------
+
+fn dns_query(name: &str) -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.').filter(|l| !l.is_empty()) {
+        q.push(u8::try_from(label.len()).unwrap());
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.push(0);
+    q.extend_from_slice(&[0, 1, 0, 1]);
+    q
+}
+
+#[test]
+fn questions_to_a_loopback_resolver_are_decoded() {
+    let observer = DnsObserver::load().unwrap();
+    let mut reader = observer.reader().unwrap();
+    let cg = TempCgroup::new("dns");
+    let link = observer.attach_admitted(&cg.0).unwrap();
+    assert_eq!(link.cgroup_id(), cg.id());
+
+    // The resolver: this test's own socket on 127.0.0.1:53.
+    let resolver = UdpSocket::bind((Ipv4Addr::LOCALHOST, 53)).unwrap();
+    resolver.set_read_timeout(Some(RECV_TIMEOUT)).unwrap();
+    let resolver_addr = resolver.local_addr().unwrap();
+    for name in ["Real.Example.ORG", "second.example"] {
+        let child = spawn_child(&cg, "udp", resolver_addr, &dns_query(name));
+        assert_eq!(outcome_of(child), Outcome::Done);
+        let mut buf = [0u8; 512];
+        let (n, _) = resolver.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], dns_query(name), "observing never drops");
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut got: Vec<DnsQuestion> = Vec::new();
+    while got.len() < 2 && Instant::now() < deadline {
+        got.extend(reader.poll_questions(Duration::from_millis(100)).unwrap());
+    }
+    let q = |name: &str| DnsQuestion {
+        cgroup_id: cg.id(),
+        qname: name.into(),
+    };
+    assert_eq!(got, [q("real.example.org"), q("second.example")]);
+    let stats = observer.read_stats().unwrap();
+    assert_eq!((stats.ringbuf_full, stats.name_unreadable), (0, 0));
+    assert_eq!(reader.undecodable(), 0);
+
+    // Revoked, then detached: a further question is not observed.
+    assert!(observer.revoke_and_detach(link).unwrap());
+    let child = spawn_child(&cg, "udp", resolver_addr, &dns_query("after.example"));
+    assert_eq!(outcome_of(child), Outcome::Done);
+    let mut buf = [0u8; 512];
+    resolver.recv_from(&mut buf).unwrap();
+    assert_eq!(
+        reader.poll_questions(Duration::from_millis(200)).unwrap(),
+        []
+    );
+}
