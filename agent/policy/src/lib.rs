@@ -18,9 +18,14 @@
 //! it may stand is a property of the whole list, checked by
 //! [`values::check_star`] (or both at once by [`values::parse_values`]).
 //!
+//! [`compile`] turns a RuntimePolicy spec into a [`compile::CompiledPolicy`]
+//! (every expression type-checked, the selectors compiled) and evaluates it
+//! into allow and deny lists per behavior.
+//!
 //! [`selector`] compiles a policy's `podSelector` and `namespaceSelector`
 //! into the [`selector::PodTarget`] that decides which pods it applies to.
 
 pub mod cel;
+pub mod compile;
 pub mod selector;
 pub mod values;

@@ -358,11 +358,31 @@ fn extensions(env: &mut Env) {
         env.global(f, vec![la(), la()], Bool);
     }
     // Math.
+    // cel-go's math.greatest/least are macros over numeric overloads: one
+    // number is itself, two of the same type keep it, a mixed pair (or a
+    // longer mixed argument list) is refused, and a list yields its element.
     for f in ["math.greatest", "math.least"] {
-        env.global(f, vec![a()], a());
-        env.global(f, vec![a(), a()], a());
-        env.global(f, vec![a(), a(), a()], a());
-        env.global(f, vec![la()], a());
+        let nums = [Int, Uint, Double];
+        for t in nums.clone() {
+            env.global(f, vec![t.clone()], t.clone());
+            env.global(f, vec![Type::list(t.clone())], t.clone());
+            for u in nums.clone() {
+                let r = if t == u { t.clone() } else { Dyn };
+                env.global(f, vec![t.clone(), u.clone()], r);
+            }
+            env.global(f, vec![t.clone(), t.clone(), t.clone()], t.clone());
+        }
+    }
+    // cel-go also takes int and uint here; kube-cel's bindings take only
+    // these, so the other overloads are left undeclared and refused when
+    // the policy compiles instead of failing at every evaluation.
+    env.global("math.sqrt", vec![Double], Double);
+    for f in ["math.bitAnd", "math.bitOr", "math.bitXor"] {
+        env.global(f, vec![Int, Int], Int);
+    }
+    env.global("math.bitNot", vec![Int], Int);
+    for f in ["math.bitShiftLeft", "math.bitShiftRight"] {
+        env.global(f, vec![Int, Int], Int);
     }
     for f in ["math.ceil", "math.floor", "math.round", "math.trunc"] {
         env.global(f, vec![Double], Double);
@@ -439,7 +459,8 @@ fn kubernetes(env: &mut Env) {
     // Quantity.
     env.global("quantity", vec![s()], QUANTITY);
     env.global("isQuantity", vec![s()], Bool);
-    env.method("sign", vec![QUANTITY], Int);
+    // No sign(): k8s.io/apiserver's Quantity library has none (kube-cel
+    // adds one; declaring it would accept policies cel-go refuses).
     env.method("isInteger", vec![QUANTITY], Bool);
     env.method("asInteger", vec![QUANTITY], Int);
     env.method("asApproximateFloat", vec![QUANTITY], Double);
@@ -449,9 +470,10 @@ fn kubernetes(env: &mut Env) {
     }
     // Semver.
     env.global("semver", vec![s()], SEMVER);
-    env.global("semver", vec![s(), Bool], SEMVER);
+    // Only the one-argument forms: the normalizing (string, bool) forms
+    // arrive with SemverLib version 1, and the reference environment uses
+    // the library's default version.
     env.global("isSemver", vec![s()], Bool);
-    env.global("isSemver", vec![s(), Bool], Bool);
     for f in ["major", "minor", "patch"] {
         env.method(f, vec![SEMVER], Int);
     }

@@ -1,0 +1,197 @@
+//! Compile and evaluate the CEL differential corpus in Rust and in cel-go,
+//! in one run, and print ns per expression per phase and the Rust/cel-go
+//! ratio (issue 4, point 8).
+//!
+//! ```text
+//! cargo bench -p kyverno-runtime-policy --bench cel_corpus
+//! ```
+//!
+//! Both sides time the same cases: those that type-check in both, that
+//! cel-go can plan, and that evaluate in Rust without tripping the panic
+//! guard (a contained panic costs a backtrace capture, which is not what is
+//! being measured). The
+//! per-case environment (declaring the case's variables) is built outside
+//! the timed loops on both sides. "compile" is parse + type-check (+ cel-go's
+//! planning of the program); "evaluate" is binding the variables and
+//! running the program.
+//!
+//! The Go oracle is `$KRT_CEL_ORACLE`, or built by `ci/cel-oracle build`
+//! (which needs Go and the module proxy, or a warm module cache); without
+//! one, only the Rust figures are printed. `KRT_BENCH_ITERS` sets the
+//! iterations over the corpus (default 100).
+
+#[path = "../tests/support/cel_harness.rs"]
+mod harness;
+
+use harness::{case_env, compile, eval, load_corpus, load_golden, Case};
+use kyverno_runtime_policy::cel::eval::{policy_context, EvalError};
+use kyverno_runtime_policy::cel::Env;
+use kyverno_runtime_policy::compile::CompiledPolicy;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+fn oracle() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("KRT_CEL_ORACLE") {
+        return Some(PathBuf::from(p));
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new("bash")
+        .arg(repo.join("ci/cel-oracle"))
+        .arg("build")
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "cel_corpus: ci/cel-oracle build failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()?
+        .trim()
+        .to_string();
+    Some(PathBuf::from(path))
+}
+
+fn main() {
+    let iters: usize = std::env::var("KRT_BENCH_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    let base = Env::policy();
+    let ctx = policy_context();
+    let golden = load_golden();
+
+    // The common set.
+    let mut cases: Vec<(Case, Env)> = Vec::new();
+    for case in load_corpus() {
+        // cel-go must check it and plan it (a literal bad regex fails
+        // planning, and the oracle's benchmark skips such a case).
+        let go_checks = golden
+            .get(&case.name)
+            .is_some_and(|g| g.check_error.is_none() && g.eval_error.as_deref() != Some("program"));
+        let env = case_env(&base, &case);
+        let Ok(c) = compile(&env, &case) else {
+            continue;
+        };
+        if !go_checks || matches!(eval(&ctx, &c), Err(EvalError::Panicked)) {
+            continue;
+        }
+        cases.push((case, env));
+    }
+    let n = cases.len();
+
+    let start = Instant::now();
+    for _ in 0..iters {
+        for (case, env) in &cases {
+            let _ = black_box(compile(env, case));
+        }
+    }
+    let compile_ns = start.elapsed().as_nanos() as f64 / (iters * n) as f64;
+
+    let compiled: Vec<_> = cases
+        .iter()
+        .filter_map(|(case, env)| compile(env, case).ok())
+        .collect();
+    let start = Instant::now();
+    for _ in 0..iters {
+        for c in &compiled {
+            let _ = black_box(eval(&ctx, c));
+        }
+    }
+    let eval_ns = start.elapsed().as_nanos() as f64 / (iters * n) as f64;
+
+    println!("cel corpus benchmark: {n} expressions x {iters} iterations");
+    let go = oracle().and_then(|bin| {
+        let file = std::env::temp_dir().join(format!("cel-bench-{}.yaml", std::process::id()));
+        let list: Vec<&Case> = cases.iter().map(|(c, _)| c).collect();
+        std::fs::write(&file, serde_yaml::to_string(&list).ok()?).ok()?;
+        let out = Command::new(&bin)
+            .arg("-bench")
+            .arg(iters.to_string())
+            .arg(&file)
+            .output();
+        let _ = std::fs::remove_file(&file);
+        let out = out.ok()?;
+        if !out.status.success() {
+            eprintln!(
+                "cel_corpus: oracle failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return None;
+        }
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()
+    });
+    println!(
+        "{:<10} {:>14} {:>14} {:>12}",
+        "phase", "rust ns/expr", "cel-go ns/expr", "rust/cel-go"
+    );
+    let go_num = |k: &str| {
+        go.as_ref()
+            .and_then(|g| g.get(k))
+            .and_then(serde_json::Value::as_f64)
+    };
+    for (phase, rust, key) in [
+        ("compile", compile_ns, "compile_ns_per_expr"),
+        ("evaluate", eval_ns, "eval_ns_per_expr"),
+    ] {
+        match go_num(key) {
+            Some(g) => println!("{phase:<10} {rust:>14.0} {g:>14.0} {:>12.2}", rust / g),
+            None => println!("{phase:<10} {rust:>14.0} {:>14} {:>12}", "-", "-"),
+        }
+    }
+    policies(iters);
+    if let Some(g) = &go {
+        if g.get("expressions").and_then(serde_json::Value::as_u64) != Some(n as u64) {
+            println!("note: cel-go timed {} expressions", g["expressions"]);
+        }
+    }
+}
+
+/// A representative policy: variables, literal values unioned with
+/// expressions, a json.unmarshal data document, a default deny, a
+/// monitorFilter. Rust only: the Go oracle evaluates expressions, not
+/// policies.
+const POLICY: &str = r#"
+variables:
+  - {name: registries, expression: "['10.0.0.0/8', '192.168.0.0/16']"}
+  - {name: hosts, expression: "json.unmarshal('{\"hosts\": [\"a.example.com\", \"b.example.com\"]}').hosts.map(h, string(h))"}
+  - {name: all, expression: "(variables.registries + variables.hosts).distinct()"}
+behaviors:
+  - network:
+      allow: {values: ["1.1.1.1"], expression: "variables.all"}
+      deny: {values: ["*"]}
+  - exec:
+      deny: {expression: "['/bin/sh', '/bin/bash'].filter(p, p.startsWith('/bin/'))"}
+  - dns:
+      allow: {expression: "variables.hosts.map(h, '*.' + h)"}
+monitorFilter:
+  expressions:
+    - {name: not-shell, expression: "!has(event.exec) || event.exec.filename != '/bin/sh'"}
+"#;
+
+fn policies(iters: usize) {
+    let spec = match serde_yaml::from_str(POLICY) {
+        Ok(s) => s,
+        Err(e) => return eprintln!("cel_corpus: bad POLICY: {e}"),
+    };
+    let start = Instant::now();
+    for _ in 0..iters {
+        let _ = black_box(CompiledPolicy::compile(&spec));
+    }
+    let compile_ns = start.elapsed().as_nanos() as f64 / iters as f64;
+    let Ok(compiled) = CompiledPolicy::compile(&spec) else {
+        return eprintln!("cel_corpus: POLICY does not compile");
+    };
+    let ctx = policy_context();
+    let start = Instant::now();
+    for _ in 0..iters {
+        let _ = black_box(compiled.evaluate_in(&ctx));
+    }
+    let eval_ns = start.elapsed().as_nanos() as f64 / iters as f64;
+    println!("representative policy (rust): compile {compile_ns:.0} ns, evaluate {eval_ns:.0} ns");
+}

@@ -1,0 +1,339 @@
+use super::*;
+use crate::cel::Overload;
+use crate::cel::Type;
+use ::cel::extractors::This;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn spec(yaml: &str) -> RuntimePolicySpec {
+    serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("bad test spec: {e}"))
+}
+
+fn compile_errors(yaml: &str) -> Vec<String> {
+    match CompiledPolicy::compile(&spec(yaml)) {
+        Ok(_) => panic!("expected a compile error"),
+        Err(errs) => errs.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn evaluate(yaml: &str) -> Result<EvaluationResult, Vec<EvaluateError>> {
+    let compiled = CompiledPolicy::compile(&spec(yaml)).unwrap_or_else(|e| panic!("{e:?}"));
+    compiled.evaluate()
+}
+
+#[test]
+fn literals_are_unioned_with_the_expression_and_variables() {
+    let r = evaluate(
+        r#"
+variables:
+  - {name: base, expression: "['10.0.0.0/8', '192.168.0.0/16']"}
+  - {name: more, expression: "variables.base + ['172.16.0.0/12']"}
+behaviors:
+  - network:
+      deny:
+        values: ["10.0.0.0/8", "1.1.1.1"]
+        expression: "variables.more"
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let b = &r.behaviors[0];
+    assert_eq!(b.kind, BehaviorKind::Network);
+    assert_eq!(
+        b.deny,
+        ["10.0.0.0/8", "1.1.1.1", "192.168.0.0/16", "172.16.0.0/12"]
+    );
+    assert!(b.allow.is_empty());
+    assert!(!b.default_deny);
+}
+
+#[test]
+fn a_lone_star_in_deny_is_the_default_deny_sentinel() {
+    let r = evaluate(
+        r#"
+behaviors:
+  - exec:
+      allow: {values: ["/bin/sh"]}
+      deny: {expression: "['*']"}
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert!(r.behaviors[0].default_deny);
+    assert!(r.behaviors[0].deny.is_empty());
+    assert_eq!(r.behaviors[0].allow, ["/bin/sh"]);
+}
+
+#[test]
+fn a_star_beside_other_values_from_an_expression_is_refused_with_its_path() {
+    let errs = evaluate(
+        r#"
+behaviors:
+  - exec:
+      deny: {values: ["/bin/sh"], expression: "['*']"}
+"#,
+    )
+    .unwrap_err();
+    assert!(
+        errs[0]
+            .to_string()
+            .contains("spec.behaviors[0].exec.deny.values[1]"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn a_dyn_result_without_coercion_is_refused_with_the_field_path() {
+    let errs = compile_errors(
+        r#"
+behaviors:
+  - open: {}
+  - network:
+      deny: {expression: "json.unmarshal('[\"a\"]')"}
+"#,
+    );
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].starts_with("spec.behaviors[1].network.deny.expression: "),
+        "{errs:?}"
+    );
+    assert!(
+        errs[0].contains("expression has type dyn; a behavior expression must be list(string): coerce with .map(x, string(x))"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn a_coerced_dyn_result_compiles_and_evaluates() {
+    let r = evaluate(
+        r#"
+behaviors:
+  - network:
+      deny: {expression: "json.unmarshal('{\"hosts\": [\"a.com\", \"b.com\"]}').hosts.map(h, string(h))"}
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(r.behaviors[0].deny, ["a.com", "b.com"]);
+}
+
+#[test]
+fn a_non_list_variable_is_refused_with_its_path() {
+    let errs = compile_errors(
+        r#"
+variables:
+  - {name: ok, expression: "['a']"}
+  - {name: bad, expression: "'a'"}
+"#,
+    );
+    assert!(
+        errs[0]
+            .starts_with("spec.variables[1].expression: variables.bad: expression has type string"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn monitor_filter_expressions_must_be_bool_and_name_known_event_fields() {
+    let errs = compile_errors(
+        r#"
+monitorFilter:
+  expressions:
+    - {name: kind, expression: "event.kind"}
+    - {name: typo, expression: "event.exec.filenme == '/bin/sh'"}
+"#,
+    );
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(errs[0].starts_with("spec.monitorFilter.expressions[0].expression: kind: expression has type string; a monitorFilter expression must be bool"), "{errs:?}");
+    assert!(
+        errs[1].contains("event.exec has no field filenme; valid fields: argv, filename"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn a_bool_monitor_filter_compiles() {
+    let c = CompiledPolicy::compile(&spec(
+        r#"
+monitorFilter:
+  expressions:
+    - {name: not-shell, expression: "!has(event.exec) || event.exec.filename != '/bin/sh'"}
+"#,
+    ))
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(c.monitor_filter.len(), 1);
+    assert_eq!(c.monitor_filter[0].name, "not-shell");
+}
+
+#[test]
+fn enforce_refuses_a_monitor_filter_and_a_dns_behavior() {
+    let errs = compile_errors(
+        r#"
+mode: enforce
+behaviors:
+  - dns: {deny: {values: ["*"]}}
+monitorFilter:
+  expressions:
+    - {name: t, expression: "true"}
+"#,
+    );
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(errs[0].starts_with("spec.behaviors[0].dns: a dns behavior is observation only"));
+    assert!(errs[1].starts_with("spec.monitorFilter: monitorFilter narrows monitor findings"));
+}
+
+#[test]
+fn a_bad_selector_is_a_compile_error() {
+    let errs = compile_errors(
+        r#"
+podSelector:
+  matchExpressions:
+    - {key: app, operator: Bogus}
+"#,
+    );
+    assert!(errs[0].contains("spec.podSelector"), "{errs:?}");
+}
+
+#[test]
+fn an_evaluation_error_names_the_variable_field() {
+    let errs = evaluate(
+        r#"
+variables:
+  - {name: a, expression: "[['x'][5]]"}
+behaviors:
+  - open: {deny: {expression: "variables.a"}}
+"#,
+    )
+    .unwrap_err();
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0]
+            .to_string()
+            .starts_with("spec.variables[0].expression: evaluation failed: Index out of bounds"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn an_unused_variable_is_not_evaluated() {
+    // Lazy: the failing variable is never reached, so nothing fails.
+    let r = evaluate(
+        r#"
+variables:
+  - {name: broken, expression: "['x'].map(s, string(1 / 0))"}
+behaviors:
+  - open: {deny: {values: ["/etc/shadow"]}}
+"#,
+    );
+    assert!(r.is_ok(), "{r:?}");
+}
+
+static TICKS: AtomicUsize = AtomicUsize::new(0);
+
+fn tick(This(v): This<Value>) -> ::cel::ResolveResult {
+    TICKS.fetch_add(1, Ordering::SeqCst);
+    Ok(v)
+}
+
+#[test]
+fn a_variable_used_many_times_is_evaluated_once_per_evaluation() {
+    let mut env = Env::policy();
+    env.add_overload(
+        "tick",
+        Overload {
+            receiver: false,
+            params: vec![Type::list(Type::String)],
+            result: Type::list(Type::String),
+        },
+    );
+    let compiled = CompiledPolicy::compile_with(
+        &spec(
+            r#"
+variables:
+  - {name: a, expression: "tick(['/a'])"}
+  - {name: b, expression: "variables.a + variables.a"}
+behaviors:
+  - open: {deny: {expression: "variables.a + variables.b"}}
+  - exec: {allow: {expression: "variables.b"}, deny: {expression: "variables.a"}}
+"#,
+        ),
+        &env,
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let mut ctx = policy_context();
+    ctx.add_function("tick", tick);
+    let before = TICKS.load(Ordering::SeqCst);
+    let r = compiled
+        .evaluate_in(&ctx)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(TICKS.load(Ordering::SeqCst) - before, 1);
+    assert_eq!(r.behaviors[0].deny, ["/a"]);
+    // A second evaluation evaluates again (data may have changed).
+    compiled
+        .evaluate_in(&ctx)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(TICKS.load(Ordering::SeqCst) - before, 2);
+}
+
+#[test]
+fn an_overflow_in_a_library_binding_is_an_error_or_a_value_never_a_crash() {
+    // The cel crate negates unchecked: a debug build panics (contained by
+    // the guard, reported as an error), a release build wraps.
+    let r = evaluate(
+        r#"
+behaviors:
+  - open: {deny: {expression: "[string(-(-9223372036854775807 - 1))]"}}
+"#,
+    );
+    if let Err(errs) = r {
+        assert!(
+            errs[0].to_string().contains("a library function failed"),
+            "{errs:?}"
+        );
+    }
+}
+
+fn big() -> ::cel::ResolveResult {
+    let items = (0..70_000).map(|i| Value::String(Arc::new(format!("/p{i}"))));
+    Ok(Value::List(Arc::new(items.collect())))
+}
+
+#[test]
+fn an_oversized_result_is_refused() {
+    // What a data source could hand back: more values than any kernel map
+    // or report should take.
+    let mut env = Env::policy();
+    env.add_overload(
+        "big",
+        Overload {
+            receiver: false,
+            params: vec![],
+            result: Type::list(Type::String),
+        },
+    );
+    let compiled = CompiledPolicy::compile_with(
+        &spec("behaviors:\n  - open: {deny: {expression: \"big()\"}}\n"),
+        &env,
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let mut ctx = policy_context();
+    ctx.add_function("big", big);
+    let errs = compiled.evaluate_in(&ctx).unwrap_err();
+    assert!(
+        errs[0].to_string().contains("the result is too large"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn a_huge_range_is_refused_before_it_is_allocated() {
+    let errs = evaluate(
+        r#"
+behaviors:
+  - open: {deny: {expression: "lists.range(1000000000000).map(i, string(i))"}}
+"#,
+    )
+    .unwrap_err();
+    assert!(
+        errs[0]
+            .to_string()
+            .contains("lists.range(1000000000000) is refused: at most 4096 elements"),
+        "{errs:?}"
+    );
+}
