@@ -28,8 +28,10 @@ pub mod protocol;
 mod skel;
 #[cfg(not(krt_bpf_stub))]
 mod sys;
+pub mod verifier_log;
 
 pub use probe::{
     probe_map, probe_program, ProbeError, ProbeMap, ProbeProgram, ProgramProbe, Stage,
     BPF_OBJECTS_BUILT,
 };
+pub use verifier_log::verifier_reason;

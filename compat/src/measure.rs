@@ -142,14 +142,7 @@ impl ProbeFailure {
     /// "processed N insns" summary, e.g. "helper call is not allowed in
     /// probe" (5.10 refusing bpf_d_path in an LSM program).
     pub fn verifier_reason(&self) -> Option<&str> {
-        let log = self.verifier_log.as_deref()?;
-        let lines: Vec<&str> = log.lines().collect();
-        let at = lines.iter().position(|l| l.starts_with("processed "))?;
-        lines[..at]
-            .iter()
-            .rev()
-            .map(|l| l.trim())
-            .find(|l| !l.is_empty())
+        kyverno_runtime_bpf::verifier_reason(self.verifier_log.as_deref()?)
     }
 }
 

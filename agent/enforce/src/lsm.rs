@@ -132,18 +132,6 @@ impl LsmEnforcer {
     }
 }
 
-/// The verifier's own reason in a load log: the line before its
-/// "processed N insns" summary (e.g. "helper call is not allowed in probe").
-fn verifier_reason(log: &str) -> Option<&str> {
-    let lines: Vec<&str> = log.lines().collect();
-    let at = lines.iter().position(|l| l.starts_with("processed "))?;
-    lines[..at]
-        .iter()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .copied()
-}
-
 fn kernel(op: &str, e: OpenExecError) -> EnforceError {
     match e {
         OpenExecError::Load {
@@ -151,7 +139,7 @@ fn kernel(op: &str, e: OpenExecError) -> EnforceError {
         } => {
             let why = verifier_log
                 .as_deref()
-                .and_then(verifier_reason)
+                .and_then(kyverno_runtime_bpf::verifier_reason)
                 .map(|r| format!(": verifier: {r}"))
                 .unwrap_or_default();
             EnforceError::Kernel {
@@ -170,22 +158,6 @@ fn kernel(op: &str, e: OpenExecError) -> EnforceError {
             op: op.to_owned(),
             source: std::io::Error::other(other.to_string()),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::verifier_reason;
-
-    #[test]
-    fn the_verifier_reason_is_the_line_before_its_summary() {
-        let log = "44: (85) call bpf_d_path#147\nhelper call is not allowed in probe\n\
-                   processed 41 insns (limit 1000000)\n-- END PROG LOAD LOG --\n";
-        assert_eq!(
-            verifier_reason(log),
-            Some("helper call is not allowed in probe")
-        );
-        assert_eq!(verifier_reason("libbpf: no log\n"), None);
     }
 }
 
