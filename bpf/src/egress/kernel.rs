@@ -16,7 +16,7 @@ use super::{key, EgressError, FilterFlags, Observation, Prefix, Result, Stats, V
 use crate::cgroup_attach::{attach_egress, CgroupLink};
 use crate::libbpf_log::Capture;
 use crate::skel::egress::egress_filter;
-use crate::sys::{errno, lacks_lookup_and_delete};
+use crate::sys::{self, errno};
 
 /// The program's name in `egress_filter.bpf.c`.
 const PROGRAM: &str = "krt_egress";
@@ -213,40 +213,20 @@ impl Filter {
 
     pub(super) fn drain_observations(&self) -> Result<Vec<Observation>> {
         let map = &self.observations;
-        // Snapshot the keys first: deleting while walking would restart the
-        // walk. A key evicted under the walk restarts it too, so duplicates
-        // are folded, and the walk is bounded in case the program keeps
-        // evicting and inserting faster than it advances.
-        let bound = usize::try_from(map.handle.max_entries())
-            .unwrap_or(usize::MAX)
-            .saturating_mul(2);
-        let mut seen = HashSet::new();
-        let mut keys = Vec::new();
-        for raw in map.handle.keys().take(bound) {
-            if seen.insert(raw.clone()) {
-                // Decode everything before consuming anything: a key this
-                // code cannot read fails the drain with the map intact.
-                let decoded = key::decode_observation_key(&raw)
-                    .ok_or_else(|| map.layout(format!("an undecodable key {raw:02x?}")))?;
-                keys.push((raw, decoded));
-            }
-        }
-
+        // Snapshot the keys first (deleting while walking restarts the
+        // walk), and decode them all before consuming anything: a key this
+        // code cannot read fails the drain with the map intact.
+        let keys = sys::unique_keys(&map.handle);
+        let decoded = keys
+            .iter()
+            .map(|raw| {
+                key::decode_observation_key(raw)
+                    .ok_or_else(|| map.layout(format!("an undecodable key {raw:02x?}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let values = sys::take_each(&map.handle, &keys).map_err(|(op, e)| map.err(op, &e))?;
         let mut out = Vec::with_capacity(keys.len());
-        let mut atomic = true;
-        for (raw, decoded) in keys {
-            let value = if atomic {
-                match map.handle.lookup_and_delete(&raw) {
-                    Ok(v) => v,
-                    Err(e) if lacks_lookup_and_delete(&e) => {
-                        atomic = false;
-                        self.lookup_then_delete(&raw)?
-                    }
-                    Err(e) => return Err(map.err("lookup_and_delete", &e)),
-                }
-            } else {
-                self.lookup_then_delete(&raw)?
-            };
+        for (decoded, value) in decoded.into_iter().zip(values) {
             // None: evicted since the snapshot (its count is gone).
             let Some(value) = value else { continue };
             let count = key::decode_count(&value)
@@ -256,18 +236,6 @@ impl Filter {
             }
         }
         Ok(out)
-    }
-
-    /// Read-and-reset of one observation key where the kernel has no
-    /// atomic lookup-and-delete for hash maps (before 5.14).
-    fn lookup_then_delete(&self, raw: &[u8]) -> Result<Option<Vec<u8>>> {
-        let map = &self.observations;
-        let value = map
-            .handle
-            .lookup(raw, MapFlags::ANY)
-            .map_err(|e| map.err("lookup", &e))?;
-        map.delete(raw)?;
-        Ok(value)
     }
 
     pub(super) fn attach(&self, dir: &Path) -> Result<CgroupLink> {

@@ -2,7 +2,6 @@
 //! generic object API (the handle owns its `Object`); every layout comes
 //! from the skeleton's types. No `unsafe` here.
 
-use std::collections::HashSet;
 use std::mem::{offset_of, size_of};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -17,7 +16,7 @@ use super::{
 };
 use crate::libbpf_log::Capture;
 use crate::skel::openexec::{fmod_ret, lsm};
-use crate::sys::{errno, lacks_lookup_and_delete};
+use crate::sys::{self, errno};
 
 use lsm::types;
 
@@ -117,17 +116,9 @@ impl Map {
         }
     }
 
-    /// Every key, each once (a walk that races deletions may repeat).
+    /// Every key, each once.
     fn keys(&self) -> Vec<Vec<u8>> {
-        let bound = usize::try_from(self.handle.max_entries())
-            .unwrap_or(usize::MAX)
-            .saturating_mul(2);
-        let mut seen = HashSet::new();
-        self.handle
-            .keys()
-            .take(bound)
-            .filter(|k| seen.insert(k.clone()))
-            .collect()
+        sys::unique_keys(&self.handle)
     }
 }
 
@@ -527,29 +518,19 @@ impl Inner {
 
     pub(super) fn drain_observations(&self) -> Result<Vec<RawObservation>> {
         let map = &self.observations;
-        let mut keys = Vec::new();
         // Decode every key before consuming any: a key this code cannot
         // read fails the drain with the map intact.
-        for raw in map.keys() {
-            let decoded = decode_event(&raw)
-                .ok_or_else(|| map.layout(format!("an undecodable key {raw:02x?}")))?;
-            keys.push((raw, decoded));
-        }
+        let keys = map.keys();
+        let decoded = keys
+            .iter()
+            .map(|raw| {
+                decode_event(raw)
+                    .ok_or_else(|| map.layout(format!("an undecodable key {raw:02x?}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let values = sys::take_each(&map.handle, &keys).map_err(|(op, e)| map.err(op, &e))?;
         let mut out = Vec::with_capacity(keys.len());
-        let mut atomic = true;
-        for (raw, (cgroup, dimension, decision, path)) in keys {
-            let value = if atomic {
-                match map.handle.lookup_and_delete(&raw) {
-                    Ok(v) => v,
-                    Err(e) if lacks_lookup_and_delete(&e) => {
-                        atomic = false;
-                        self.lookup_then_delete(&raw)?
-                    }
-                    Err(e) => return Err(map.err("lookup_and_delete", &e)),
-                }
-            } else {
-                self.lookup_then_delete(&raw)?
-            };
+        for ((cgroup, dimension, decision, path), value) in decoded.into_iter().zip(values) {
             let Some(value) = value else { continue };
             let count = u64_at(&value, 0)
                 .ok_or_else(|| map.layout(format!("a count of {} bytes", value.len())))?;
@@ -564,15 +545,6 @@ impl Inner {
             }
         }
         Ok(out)
-    }
-
-    /// Read-and-reset where the kernel has no atomic lookup-and-delete for
-    /// hash maps (before 5.14): an increment between the two is lost, and
-    /// is the one loss the drain cannot count.
-    fn lookup_then_delete(&self, raw: &[u8]) -> Result<Option<Vec<u8>>> {
-        let value = self.observations.lookup(raw)?;
-        self.observations.delete(raw)?;
-        Ok(value)
     }
 
     pub(super) fn stats(&self) -> Result<OpenExecStats> {

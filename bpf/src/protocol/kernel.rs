@@ -20,7 +20,7 @@ use super::{key, ProtoEvent, ProtoFlags, ProtoKey, ProtoStats, ProtocolError, Re
 use crate::cgroup_attach::{attach_egress, CgroupLink};
 use crate::libbpf_log::Capture;
 use crate::skel::protocol::classifier::{types, OBJECT};
-use crate::sys::{errno, ENOTSUPP};
+use crate::sys::{self, errno};
 
 /// Name given to the object; libbpf derives the `.rodata` map's from it.
 const OBJECT_NAME: &str = "krt_proto";
@@ -95,12 +95,6 @@ impl Map {
             Err(e) if errno(&e) == Some(libc::ENOENT) => Ok(false),
             Err(e) => Err(self.err("delete", &e)),
         }
-    }
-
-    fn lookup(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.handle
-            .lookup(key, MapFlags::ANY)
-            .map_err(|e| self.err("lookup", &e))
     }
 
     fn layout(&self, what: String) -> ProtocolError {
@@ -242,44 +236,20 @@ impl Classifier {
 
     pub(super) fn drain_events(&self) -> Result<Vec<ProtoEvent>> {
         let map = &self.events;
-        // Snapshot the keys first: deleting while walking would restart the
-        // walk. Bounded in case the program inserts faster than it
-        // advances; duplicates (a restarted walk) are folded.
-        let bound = usize::try_from(map.handle.max_entries())
-            .unwrap_or(usize::MAX)
-            .saturating_mul(2);
-        let mut seen = HashSet::new();
-        let mut keys = Vec::new();
-        for raw in map.handle.keys().take(bound) {
-            if seen.insert(raw.clone()) {
-                // Decode everything before consuming anything: a key this
-                // code cannot read fails the drain with the map intact.
-                let decoded = key::decode_event_key(&raw)
-                    .ok_or_else(|| map.layout(format!("an undecodable key {raw:02x?}")))?;
-                keys.push((raw, decoded));
-            }
-        }
-
+        // Snapshot the keys first (deleting while walking restarts the
+        // walk), and decode them all before consuming anything: a key this
+        // code cannot read fails the drain with the map intact.
+        let keys = sys::unique_keys(&map.handle);
+        let decoded = keys
+            .iter()
+            .map(|raw| {
+                key::decode_event_key(raw)
+                    .ok_or_else(|| map.layout(format!("an undecodable key {raw:02x?}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let values = sys::take_each(&map.handle, &keys).map_err(|(op, e)| map.err(op, &e))?;
         let mut out = Vec::with_capacity(keys.len());
-        let mut atomic = true;
-        for (raw, decoded) in keys {
-            let value = if atomic {
-                match map.handle.lookup_and_delete(&raw) {
-                    Ok(v) => v,
-                    Err(e)
-                        if matches!(
-                            errno(&e),
-                            Some(ENOTSUPP | libc::EOPNOTSUPP | libc::EINVAL)
-                        ) =>
-                    {
-                        atomic = false;
-                        self.lookup_then_delete(&raw)?
-                    }
-                    Err(e) => return Err(map.err("lookup_and_delete", &e)),
-                }
-            } else {
-                self.lookup_then_delete(&raw)?
-            };
+        for (decoded, value) in decoded.into_iter().zip(values) {
             // None: deleted since the snapshot (by a concurrent drain).
             let Some(value) = value else { continue };
             let count = key::decode_count(&value)
@@ -289,14 +259,6 @@ impl Classifier {
             }
         }
         Ok(out)
-    }
-
-    /// Read-and-reset of one event key where the kernel has no atomic
-    /// lookup-and-delete for hash maps (before 5.14).
-    fn lookup_then_delete(&self, raw: &[u8]) -> Result<Option<Vec<u8>>> {
-        let value = self.events.lookup(raw)?;
-        self.events.delete(raw)?;
-        Ok(value)
     }
 
     pub(super) fn attach(&self, dir: &Path) -> Result<CgroupLink> {
