@@ -40,6 +40,10 @@ pub enum Error {
     #[error("bad file mapping {0:?}: expected HOST:GUEST with an absolute GUEST path")]
     BadFileMapping(String),
 
+    /// A host forward that is not `GUEST:HOST` (or one port), ports 1 to 65535.
+    #[error("bad host forward {0:?}: expected GUEST_PORT:HOST_PORT or PORT")]
+    BadForward(String),
+
     /// Neither `$KRT_CACHE_DIR`, `$XDG_CACHE_HOME` nor `$HOME` is set.
     #[error("no cache directory: set KRT_CACHE_DIR, XDG_CACHE_HOME or HOME")]
     NoCacheDir,
@@ -176,6 +180,27 @@ pub enum Error {
         console_tail: String,
     },
 
+    /// The guest needs a NIC (it has host forwards) and the kernel's driver
+    /// modules could not be provided: the package holding them is missing
+    /// and cannot be downloaded, or a module is neither built in nor shipped.
+    #[error("kernel {kernel}: cannot provide the NIC modules: {message}")]
+    KernelModules {
+        /// The kernel release.
+        kernel: String,
+        /// What is missing, and where it was looked for.
+        message: String,
+    },
+
+    /// The guest has host forwards and no `vmtest-relay` program was found
+    /// for qemu to run per connection.
+    #[error("no {name} program for host forwards (looked at {searched:?}); build it with `cargo build -p vmtest --bin {name}` or set VMTEST_RELAY")]
+    RelayNotFound {
+        /// The program's name.
+        name: &'static str,
+        /// The paths that were tried.
+        searched: Vec<PathBuf>,
+    },
+
     /// KVM was forced (`VMTEST_ACCEL=kvm`) or probed, and qemu reported a
     /// KVM internal error.
     #[error("KVM failure: {message}")]
@@ -194,6 +219,7 @@ impl Error {
             Error::UnknownLsmMode(_) => "unknown lsm mode",
             Error::UnknownAccel(_) => "unknown accel",
             Error::BadFileMapping(_) => "bad file mapping",
+            Error::BadForward(_) => "bad forward",
             Error::NoCacheDir => "no cache dir",
             Error::NoMirror { .. } => "no mirror",
             Error::Download { .. } => "download failed",
@@ -207,6 +233,8 @@ impl Error {
             Error::KernelPanic { .. } => "kernel panic",
             Error::GuestSetup { .. } => "guest setup failed",
             Error::NoSentinel { .. } => "no sentinel",
+            Error::KernelModules { .. } => "no kernel modules",
+            Error::RelayNotFound { .. } => "no relay",
             Error::Kvm { .. } => "kvm failure",
         }
     }

@@ -7,6 +7,10 @@
 //! them without configuration. Building it takes milliseconds, so it is
 //! rebuilt for every run rather than cached.
 //!
+//! A guest with host forwards also gets its NIC driver modules, taken from
+//! the kernel's package (see [`crate::modules`]), and `/init` loads them and
+//! configures `eth0` before the command runs ([`network_setup`]).
+//!
 //! ## The init protocol
 //!
 //! `/init` reports to the host on the console (ttyS0) with lines tagged by a
@@ -41,7 +45,14 @@ pub struct Contents<'a> {
     pub env: &'a [(String, String)],
     /// The command and its arguments.
     pub command: &'a [String],
+    /// `Some`: the guest gets a network. These NIC driver modules (host
+    /// `.ko` files, dependencies first; empty if built in) go to
+    /// [`GUEST_MODULES_DIR`] and are loaded before `eth0` is configured.
+    pub nic_modules: Option<&'a [PathBuf]>,
 }
+
+/// Where the NIC driver modules go in the guest.
+pub const GUEST_MODULES_DIR: &str = "/lib/modules/vmtest";
 
 /// The tag every sentinel line starts with.
 pub fn sentinel_prefix(nonce: &str) -> String {
@@ -91,8 +102,13 @@ fn is_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// The `/init` script for one run.
-pub fn init_script(nonce: &str, env: &[(String, String)], command: &[String]) -> String {
+/// The `/init` script for one run. `nic_modules`: see [`network_setup`].
+pub fn init_script(
+    nonce: &str,
+    env: &[(String, String)],
+    command: &[String],
+    nic_modules: Option<&[String]>,
+) -> String {
     let s = sentinel_prefix(nonce);
     let mut out = String::new();
     // Everything is spelled with explicit busybox paths until PATH is set.
@@ -117,7 +133,14 @@ mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts 2>/dev/null
 ip link set lo up 2>/dev/null
-echo "$S LSM $(cat /sys/kernel/security/lsm 2>/dev/null)"
+"#
+    );
+    if let Some(modules) = nic_modules {
+        out.push_str(&network_setup(modules));
+    }
+    let _ = write!(
+        out,
+        r#"echo "$S LSM $(cat /sys/kernel/security/lsm 2>/dev/null)"
 exec 3<>/dev/ttyS1 || fail open /dev/ttyS1
 stty raw -echo 115200 <&3 || fail stty /dev/ttyS1
 "#
@@ -141,6 +164,33 @@ sync
 reboot -f
 "#,
         cmd = cmd.join(" ")
+    );
+    out
+}
+
+/// The init script's network part: load the NIC driver `modules` (names of
+/// files in [`GUEST_MODULES_DIR`], dependencies first), wait for `eth0`, and
+/// give it the address slirp expects. No default route: the forwards are on
+/// the link, nothing off it is reachable anyway (`restrict=on`), and
+/// without a route such a connection fails at once ("network unreachable").
+pub fn network_setup(modules: &[String]) -> String {
+    use crate::vm::{GUEST_ADDR, GUEST_PREFIX};
+    let mut out = String::from("# The virtio NIC for host forwards (see vmtest/src/vm.rs).\n");
+    for m in modules {
+        let q = shell_quote(m);
+        let _ = writeln!(out, "insmod {GUEST_MODULES_DIR}/{q}.ko || fail insmod {q}");
+    }
+    let _ = write!(
+        out,
+        r#"# Do not assume the NIC is probed when insmod returns: wait up to 5 s for eth0.
+i=0
+while [ ! -e /sys/class/net/eth0 ]; do
+  i=$((i + 1)); [ $i -le 100 ] || fail no eth0
+  usleep 50000
+done
+ip addr add {GUEST_ADDR}/{GUEST_PREFIX} dev eth0 || fail ip addr eth0
+ip link set eth0 up || fail ip link eth0
+"#
     );
     out
 }
@@ -352,11 +402,37 @@ pub fn stage(root: &Path, nonce: &str, contents: &Contents<'_>) -> Result<()> {
         0o644,
     )?;
     write_file(&root.join("etc/group"), "root:x:0:\n", 0o644)?;
+    let module_names = match contents.nic_modules {
+        Some(modules) => Some(stage_modules(root, modules)?),
+        None => None,
+    };
     write_file(
         &root.join("init"),
-        &init_script(nonce, contents.env, contents.command),
+        &init_script(
+            nonce,
+            contents.env,
+            contents.command,
+            module_names.as_deref(),
+        ),
         0o755,
     )
+}
+
+/// Copies the NIC modules into [`GUEST_MODULES_DIR`] and returns their
+/// names (file stems) in the same order.
+fn stage_modules(root: &Path, modules: &[PathBuf]) -> Result<Vec<String>> {
+    let dir = staged(root, Path::new(GUEST_MODULES_DIR))?;
+    mkdirs(&dir)?;
+    let mut names = Vec::new();
+    for m in modules {
+        let name = m
+            .file_stem()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| Error::BadFileMapping(m.display().to_string()))?;
+        copy_in(m, &dir.join(format!("{name}.ko")))?;
+        names.push(name.to_owned());
+    }
+    Ok(names)
 }
 
 /// Every path under `root`, relative, parents before children, sorted so the
@@ -509,7 +585,7 @@ mod tests {
             "-c".to_owned(),
             "echo 'hi'; exit 3".to_owned(),
         ];
-        let s = init_script("abc123", &env, &cmd);
+        let s = init_script("abc123", &env, &cmd, None);
         assert!(s.starts_with("#!/bin/sh\n"));
         assert!(s.contains("S=VMTEST-abc123\n"));
         assert!(s.contains("mount -t bpf bpf /sys/fs/bpf || fail"));
@@ -521,6 +597,23 @@ mod tests {
         assert!(s.contains("{ sh -c 'echo '\\''hi'\\''; exit 3'; echo $? >/run/vmtest.rc; }"));
         assert!(s.contains("echo \"$S EXIT ${rc:-255} END\""));
         assert!(s.trim_end().ends_with("reboot -f"));
+        assert!(!s.contains("eth0"), "no network unless asked for");
+    }
+
+    #[test]
+    fn init_script_network() {
+        let modules = vec!["failover".to_owned(), "virtio_net".to_owned()];
+        let s = init_script("n", &[], &["true".to_owned()], Some(&modules));
+        let load = s.find("insmod /lib/modules/vmtest/failover.ko || fail insmod failover\n");
+        let net = s.find("insmod /lib/modules/vmtest/virtio_net.ko || fail");
+        let addr = s.find("ip addr add 10.0.2.15/24 dev eth0 || fail");
+        let up = s.find("ip link set eth0 up || fail");
+        let lsm = s.find("LSM $(cat");
+        assert!(load < net && net < addr && addr < up && up < lsm, "{s}");
+        assert!(load.is_some() && lsm.is_some());
+        // Built-in drivers: no insmod, still the address.
+        let s = init_script("n", &[], &["true".to_owned()], Some(&[]));
+        assert!(!s.contains("insmod /") && s.contains("dev eth0"));
     }
 
     #[test]

@@ -211,7 +211,8 @@ pub fn resolve_kernel(series: KernelSeries, cache: &Cache) -> Result<Kernel> {
     }
 }
 
-fn lock(path: &Path) -> Result<Flock<File>> {
+/// Takes an exclusive `flock` on `path` (created if missing) until the guard drops.
+pub(crate) fn lock(path: &Path) -> Result<Flock<File>> {
     let file = File::options()
         .create(true)
         .truncate(false)
@@ -368,7 +369,8 @@ fn fetch(
     })
 }
 
-fn extract_deb(deb: &Path, dest: &Path) -> Result<()> {
+/// `dpkg-deb -x DEB DEST`: unpacks a package's files.
+pub(crate) fn extract_deb(deb: &Path, dest: &Path) -> Result<()> {
     let out = Command::new("dpkg-deb")
         .arg("-x")
         .arg(deb)

@@ -23,13 +23,20 @@
 //! # }
 //! ```
 //!
+//! A guest can reach chosen TCP ports on the host's loopback and nothing
+//! else ([`VmSpec::host_forwards`], [`HostForward`]): qemu's user-mode
+//! network with `restrict=on`, a virtio NIC whose driver comes from the
+//! kernel's own package ([`modules`]), and a relay program per connection
+//! ([`relay`]).
+//!
 //! Failures are per boot and typed ([`Error`]): a download failure, a
 //! kernel panic, a timeout (qemu is killed) or a guest that never reported.
 //!
 //! Environment: `KRT_CACHE_DIR` / `XDG_CACHE_HOME` / `HOME` choose the cache
 //! ([`Cache::from_env`]), `VMTEST_MIRROR` overrides the mirror taken from the
 //! machine's apt configuration, `VMTEST_ACCEL=tcg|kvm` forces the
-//! accelerator ([`accel_for`]), `VMTEST_BUSYBOX` names the busybox to use.
+//! accelerator ([`accel_for`]), `VMTEST_BUSYBOX` names the busybox to use,
+//! `VMTEST_RELAY` the relay program ([`relay::locate`]).
 
 pub mod apt;
 mod cache;
@@ -38,6 +45,8 @@ mod error;
 pub mod initramfs;
 mod kernel;
 mod matrix;
+pub mod modules;
+pub mod relay;
 mod vm;
 
 pub use cache::Cache;
@@ -50,7 +59,7 @@ pub use matrix::{
     render_json, render_table, run_matrix, run_matrix_with, EntryJson, MatrixEntry, Workload,
 };
 pub use vm::{
-    accel_for, classify, kernel_cmdline, lsm_list_has_bpf, parse_lsm_list, qemu_args, run,
-    run_with_accel, Accel, LsmMode, QemuEnd, Report, VmOutcome, VmSpec, DEFAULT_MEMORY_MIB,
-    DEFAULT_TIMEOUT, GUEST_CPUS,
+    accel_for, classify, kernel_cmdline, lsm_list_has_bpf, netdev_args, parse_lsm_list, qemu_args,
+    run, run_with_accel, Accel, HostForward, LsmMode, QemuEnd, Report, VmOutcome, VmSpec,
+    DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT, FORWARD_ADDR, GUEST_ADDR, GUEST_CPUS, GUEST_PREFIX,
 };

@@ -9,7 +9,9 @@ use serde::Serialize;
 use crate::cache::Cache;
 use crate::error::{Error, Result};
 use crate::kernel::{resolve_kernel, Kernel, KernelSeries};
-use crate::vm::{self, LsmMode, VmOutcome, VmSpec, DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT};
+use crate::vm::{
+    self, HostForward, LsmMode, VmOutcome, VmSpec, DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT,
+};
 
 /// What to run in every configuration: [`VmSpec`] without the kernel and
 /// the LSM mode.
@@ -29,6 +31,8 @@ pub struct Workload {
     pub memory_mib: u32,
     /// Extra qemu arguments.
     pub extra_qemu_args: Vec<String>,
+    /// Host loopback ports the guest may reach ([`VmSpec::host_forwards`]).
+    pub host_forwards: Vec<HostForward>,
     /// How many times a configuration whose guest itself failed (a kernel
     /// panic, a hang, no sentinel) is booted again. Emulated guests crash
     /// now and then in timer code under TCG; one retry keeps such a crash
@@ -48,6 +52,7 @@ impl Workload {
             timeout: DEFAULT_TIMEOUT,
             memory_mib: DEFAULT_MEMORY_MIB,
             extra_qemu_args: Vec::new(),
+            host_forwards: Vec::new(),
             retries: 1,
         }
     }
@@ -64,6 +69,8 @@ impl Workload {
             timeout: self.timeout,
             memory_mib: self.memory_mib,
             extra_qemu_args: self.extra_qemu_args.clone(),
+            host_forwards: self.host_forwards.clone(),
+            relay: None,
         }
     }
 }

@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
@@ -20,6 +21,7 @@ use serde::Serialize;
 use crate::error::{describe_status, tail, Error, Result};
 use crate::initramfs::{self, sentinel_prefix, Contents};
 use crate::kernel::Kernel;
+use crate::modules;
 
 /// Default per-boot timeout: generous for TCG, where a boot takes seconds
 /// but a BPF-heavy test may take a minute.
@@ -108,6 +110,99 @@ pub fn kernel_cmdline(lsm: LsmMode) -> String {
     format!("console=ttyS0 panic=-1 lsm={} quiet", lsm.lsm_list())
 }
 
+/// The address in the guest's network behind which the host forwards sit:
+/// one slirp does not use for anything else in 10.0.2.0/24 (the gateway is
+/// .2, DNS .3, DHCP hands out .15 on), as in qemu's own `guestfwd` examples.
+pub const FORWARD_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 100);
+/// The guest's own address on `eth0`: slirp's usual guest address.
+pub const GUEST_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
+/// The guest network's prefix length (slirp's 10.0.2.0/24).
+pub const GUEST_PREFIX: u8 = 24;
+
+/// A TCP port on the host's loopback that the guest may reach: the guest
+/// connects to [`FORWARD_ADDR`]`:guest_port`, and the connection is relayed
+/// to `127.0.0.1:host_port`. Nothing else is reachable (qemu's `restrict=on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HostForward {
+    /// The port the guest connects to on [`FORWARD_ADDR`].
+    pub guest_port: u16,
+    /// The port on the host's 127.0.0.1 the connection goes to.
+    pub host_port: u16,
+}
+
+impl HostForward {
+    /// A forward from `FORWARD_ADDR:guest_port` to `127.0.0.1:host_port`.
+    pub fn new(guest_port: u16, host_port: u16) -> Self {
+        HostForward {
+            guest_port,
+            host_port,
+        }
+    }
+
+    /// Where the guest connects.
+    pub fn guest_addr(self) -> SocketAddrV4 {
+        SocketAddrV4::new(FORWARD_ADDR, self.guest_port)
+    }
+
+    /// Where the host side connects.
+    pub fn host_addr(self) -> SocketAddrV4 {
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.host_port)
+    }
+}
+
+impl fmt::Display for HostForward {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.guest_port, self.host_port)
+    }
+}
+
+impl FromStr for HostForward {
+    type Err = Error;
+
+    /// `GUEST:HOST` ports, or one port for both.
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::BadForward(s.to_owned());
+        let port = |p: &str| p.trim().parse::<u16>().ok().filter(|&p| p != 0);
+        match s.split_once(':') {
+            Some((g, h)) => Ok(HostForward::new(
+                port(g).ok_or_else(bad)?,
+                port(h).ok_or_else(bad)?,
+            )),
+            None => {
+                let p = port(s).ok_or_else(bad)?;
+                Ok(HostForward::new(p, p))
+            }
+        }
+    }
+}
+
+/// The qemu arguments for a user-mode NIC that reaches only `forwards`:
+/// `restrict=on` cuts the guest off from everything but the `guestfwd`
+/// rules, and each rule's `cmd:` makes qemu spawn `relay 127.0.0.1:PORT`
+/// once per guest connection, with the connection as its stdin and stdout.
+pub fn netdev_args(forwards: &[HostForward], relay: &Path) -> Vec<String> {
+    let mut netdev = "user,id=vmtest0,restrict=on".to_owned();
+    for f in forwards {
+        // qemu's option syntax doubles commas inside a value; the command is
+        // split by glib's shell-style parser, hence the quoting.
+        let cmd = format!(
+            "{} {}",
+            initramfs::shell_quote(&relay.display().to_string()),
+            f.host_addr()
+        )
+        .replace(',', ",,");
+        netdev.push_str(&format!(",guestfwd=tcp:{}-cmd:{cmd}", f.guest_addr()));
+    }
+    vec![
+        "-netdev".into(),
+        netdev,
+        "-device".into(),
+        // romfile=: no PXE option ROM; -kernel boots never use it, and
+        // loading it costs time and needs ipxe-qemu installed.
+        "virtio-net-pci,netdev=vmtest0,romfile=".into(),
+    ]
+}
+
 /// qemu's accelerator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -166,9 +261,18 @@ pub struct VmSpec {
     pub timeout: Duration,
     /// Guest memory in MiB.
     pub memory_mib: u32,
-    /// Extra qemu arguments, appended last (e.g. a user-mode NIC with
-    /// `restrict=on` and a forward to the host's loopback).
+    /// Extra qemu arguments, appended last.
     pub extra_qemu_args: Vec<String>,
+    /// TCP ports on the host's loopback the guest may reach (and nothing
+    /// else). When non-empty the guest gets a virtio NIC: its driver
+    /// modules are extracted from the kernel's package into the initramfs,
+    /// `eth0` is [`GUEST_ADDR`]`/24`, and each forward is reached at
+    /// [`FORWARD_ADDR`]`:guest_port`. Empty: no NIC at all, and the boot
+    /// is exactly as fast as before.
+    pub host_forwards: Vec<HostForward>,
+    /// The relay program qemu runs per forwarded connection; `None` finds
+    /// `vmtest-relay` with [`relay::locate`](crate::relay::locate).
+    pub relay: Option<PathBuf>,
 }
 
 impl VmSpec {
@@ -184,6 +288,8 @@ impl VmSpec {
             timeout: DEFAULT_TIMEOUT,
             memory_mib: DEFAULT_MEMORY_MIB,
             extra_qemu_args: Vec::new(),
+            host_forwards: Vec::new(),
+            relay: None,
         }
     }
 }
@@ -304,13 +410,16 @@ pub fn classify(
     })
 }
 
-/// The qemu command line (without the program name).
+/// The qemu command line (without the program name). `relay` is the relay
+/// program for `spec.host_forwards` (see [`netdev_args`]); when it is `None`
+/// the bare name `vmtest-relay` is used, which qemu looks up on `$PATH`.
 pub fn qemu_args(
     spec: &VmSpec,
     accel: Accel,
     initrd: &Path,
     console: &Path,
     output: &Path,
+    relay: Option<&Path>,
 ) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "-machine".into(),
@@ -343,6 +452,10 @@ pub fn qemu_args(
         "-serial".into(),
         format!("file:{}", output.display()),
     ]);
+    if !spec.host_forwards.is_empty() {
+        let relay = relay.unwrap_or(Path::new(crate::relay::RELAY_BIN));
+        args.extend(netdev_args(&spec.host_forwards, relay));
+    }
     args.extend(spec.extra_qemu_args.iter().cloned());
     args
 }
@@ -437,6 +550,16 @@ pub fn run_with_accel(spec: &VmSpec, accel: Accel) -> Result<VmOutcome> {
         .tempdir()
         .map_err(|e| Error::io("creating run dir", std::env::temp_dir(), e))?;
     let nonce = nonce();
+    // The NIC's modules and the relay only when there are forwards: other
+    // boots stay exactly as they were.
+    let (nic_modules, relay) = if spec.host_forwards.is_empty() {
+        (None, None)
+    } else {
+        (
+            Some(modules::nic_modules(&spec.kernel)?),
+            Some(crate::relay::locate(spec.relay.as_deref())?),
+        )
+    };
     let initrd = initramfs::build(
         work.path(),
         &nonce,
@@ -445,12 +568,13 @@ pub fn run_with_accel(spec: &VmSpec, accel: Accel) -> Result<VmOutcome> {
             files: &spec.files,
             env: &spec.env,
             command: &spec.command,
+            nic_modules: nic_modules.as_deref(),
         },
     )?;
     let console = work.path().join("console.log");
     let output = work.path().join("output.log");
     let qemu_log = work.path().join("qemu.log");
-    let args = qemu_args(spec, accel, &initrd, &console, &output);
+    let args = qemu_args(spec, accel, &initrd, &console, &output, relay.as_deref());
     let log = File::create(&qemu_log).map_err(|e| Error::io("creating qemu log", &qemu_log, e))?;
     let log2 = log
         .try_clone()
@@ -668,6 +792,7 @@ VMTEST-n1 EXIT 3 END\r
             Path::new("/w/i"),
             Path::new("/w/c"),
             Path::new("/w/o"),
+            None,
         );
         let joined = args.join(" ");
         assert!(joined.starts_with("-machine q35 -accel tcg -m 1024 -smp 2 "));
@@ -680,9 +805,86 @@ VMTEST-n1 EXIT 3 END\r
             Path::new("/i"),
             Path::new("/c"),
             Path::new("/o"),
+            None,
         );
         assert!(kvm.join(" ").contains("-accel kvm -cpu host"));
+        assert!(!joined.contains("-netdev"), "no NIC without forwards");
         assert_eq!("kvm".parse::<Accel>().unwrap(), Accel::Kvm);
         assert!("hvf".parse::<Accel>().is_err());
+    }
+
+    #[test]
+    fn host_forwards() {
+        assert_eq!(
+            "6443:34567".parse::<HostForward>().unwrap(),
+            HostForward::new(6443, 34567)
+        );
+        assert_eq!(
+            "80".parse::<HostForward>().unwrap(),
+            HostForward::new(80, 80)
+        );
+        for bad in ["", "0", "1:0", "x:1", "1:2:3", "70000"] {
+            assert!(bad.parse::<HostForward>().is_err(), "{bad}");
+        }
+        let f = HostForward::new(6443, 34567);
+        assert_eq!(f.guest_addr().to_string(), "10.0.2.100:6443");
+        assert_eq!(f.host_addr().to_string(), "127.0.0.1:34567");
+
+        let args = netdev_args(
+            &[f, HostForward::new(80, 8080)],
+            Path::new("/t/a,b c/vmtest-relay"),
+        );
+        assert_eq!(
+            args,
+            [
+                "-netdev",
+                "user,id=vmtest0,restrict=on\
+                 ,guestfwd=tcp:10.0.2.100:6443-cmd:'/t/a,,b c/vmtest-relay' 127.0.0.1:34567\
+                 ,guestfwd=tcp:10.0.2.100:80-cmd:'/t/a,,b c/vmtest-relay' 127.0.0.1:8080",
+                "-device",
+                "virtio-net-pci,netdev=vmtest0,romfile=",
+            ]
+        );
+    }
+
+    #[test]
+    fn qemu_command_line_with_forwards() {
+        let kernel = Kernel {
+            series: KernelSeries::V6_12,
+            version: "6.12.117+deb13-cloud-amd64".into(),
+            package: "linux-image-6.12.117+deb13-cloud-amd64".into(),
+            package_version: "6.12.117-1".into(),
+            vmlinuz: PathBuf::from("/c/vmlinuz"),
+        };
+        let mut spec = VmSpec::new(kernel, LsmMode::Bpf, vec!["true".into()]);
+        spec.host_forwards = vec![HostForward::new(6443, 4000)];
+        spec.extra_qemu_args = vec!["-S".into()];
+        let relay = Path::new("/r/vmtest-relay");
+        let args = qemu_args(
+            &spec,
+            Accel::Tcg,
+            Path::new("/i"),
+            Path::new("/c"),
+            Path::new("/o"),
+            Some(relay),
+        );
+        let joined = args.join(" ");
+        // The NIC comes before the caller's extra arguments, so they can
+        // still add to or override it.
+        assert!(
+            joined.ends_with(
+                "-serial file:/o -netdev user,id=vmtest0,restrict=on,guestfwd=tcp:10.0.2.100:6443-cmd:/r/vmtest-relay 127.0.0.1:4000 -device virtio-net-pci,netdev=vmtest0,romfile= -S"
+            ),
+            "{joined}"
+        );
+        let bare = qemu_args(
+            &spec,
+            Accel::Tcg,
+            Path::new("/i"),
+            Path::new("/c"),
+            Path::new("/o"),
+            None,
+        );
+        assert!(bare.join(" ").contains("-cmd:vmtest-relay 127.0.0.1:4000"));
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use vmtest::initramfs::{parse_env, parse_file_mapping};
-use vmtest::{KernelSeries, LsmMode, Workload, DEFAULT_MEMORY_MIB};
+use vmtest::{HostForward, KernelSeries, LsmMode, Workload, DEFAULT_MEMORY_MIB};
 
 /// Boot stock Debian kernels under qemu with a small initramfs and run a
 /// command inside.
@@ -65,6 +65,10 @@ fn file_arg(s: &str) -> Result<(PathBuf, PathBuf), vmtest::Error> {
     parse_file_mapping(s)
 }
 
+fn forward_arg(s: &str) -> Result<HostForward, vmtest::Error> {
+    s.parse()
+}
+
 fn env_arg(s: &str) -> Result<(String, String), String> {
     parse_env(s).ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
 }
@@ -92,10 +96,16 @@ pub struct WorkloadArgs {
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MEMORY_MIB)]
     pub memory: u32,
 
-    /// An extra qemu argument (repeat for several, e.g. --qemu-arg=-nic
-    /// --qemu-arg=user,restrict=on).
+    /// An extra qemu argument (repeat for several).
     #[arg(long = "qemu-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub qemu_args: Vec<String>,
+
+    /// Let the guest reach 127.0.0.1:HOST_PORT on the host by connecting to
+    /// 10.0.2.100:GUEST_PORT (repeatable; PORT alone for both). Gives the
+    /// guest a NIC that reaches nothing else; needs vmtest-relay beside this
+    /// binary, on PATH or in $VMTEST_RELAY.
+    #[arg(long = "forward", value_name = "GUEST_PORT:HOST_PORT", value_parser = forward_arg)]
+    pub forwards: Vec<HostForward>,
 
     /// How many times `matrix` boots a configuration again when the guest
     /// itself failed (panic, hang, no sentinel); every retry is reported.
@@ -118,6 +128,7 @@ impl WorkloadArgs {
             timeout: Duration::from_secs(self.timeout),
             memory_mib: self.memory,
             extra_qemu_args: self.qemu_args.clone(),
+            host_forwards: self.forwards.clone(),
             retries: self.retries,
         }
     }
@@ -170,6 +181,10 @@ mod tests {
             "a:/b",
             "--timeout",
             "5",
+            "--forward",
+            "6443:34567",
+            "--forward",
+            "80",
             "--",
             "sh",
             "-c",
@@ -185,6 +200,21 @@ mod tests {
             vec![(PathBuf::from("a"), PathBuf::from("/b"))]
         );
         assert_eq!(r.workload.workload().timeout, Duration::from_secs(5));
+        assert_eq!(
+            r.workload.workload().host_forwards,
+            vec![HostForward::new(6443, 34567), HostForward::new(80, 80)]
+        );
+        assert!(Cli::try_parse_from([
+            "vmtest",
+            "run",
+            "--kernel",
+            "6.1",
+            "--forward",
+            "0:1",
+            "--",
+            "true"
+        ])
+        .is_err());
         assert!(Cli::try_parse_from(["vmtest", "run", "--kernel", "4.19", "--", "true"]).is_err());
         assert!(Cli::try_parse_from(["vmtest", "run", "--kernel", "6.1"]).is_err());
     }
