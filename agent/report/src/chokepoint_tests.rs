@@ -1,0 +1,134 @@
+//! The redaction chokepoint, end to end: no string field of a [`Finding`]
+//! escapes [`sanitize`] on any way out (its redaction, its `Debug`, its
+//! Report result, the Report a flush writes).
+//!
+//! Adding a string field to `Finding` or `PodIdentity` breaks the
+//! exhaustive destructurings below at compile time: give the new field a
+//! secret in [`secret_finding`] and a check in [`every_field_is_scrubbed`].
+//! Widen these tests deliberately; never loosen them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::merge::{desired_report, PodKey};
+use crate::{property, report_result, Behavior, Decision, Finding, PodIdentity};
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// A secret that every masking rule must catch in its own context.
+const SECRET: &str = "hunter2SECRET";
+
+/// One secret-bearing value per string field, each in a different disguise,
+/// so that the field names in the output tell which one leaked.
+fn secret_finding() -> Finding {
+    // Exhaustive literal: a new field does not compile until it gets a
+    // secret here.
+    Finding {
+        policy: format!("policy --password={SECRET}"),
+        policy_uid: format!("uid token={SECRET}"),
+        behavior: Behavior::Exec,
+        pod: PodIdentity {
+            namespace: format!("ns Authorization: Bearer {SECRET}"),
+            name: format!("name https://user:{SECRET}@host"),
+            uid: format!("uid --token {SECRET}"),
+            container: Some(format!("container api_key={SECRET}")),
+            owner_kind: Some(format!("kind secret: {SECRET}")),
+            owner_name: Some(format!("owner \"password\": \"{SECRET}\"")),
+        },
+        target: format!("/usr/bin/mysql -u root --password {SECRET}\n--auth=x"),
+        enforced: true,
+        decision: Some(Decision::Denied),
+        count: 1,
+        first_observed: UNIX_EPOCH + Duration::from_secs(1),
+        last_observed: UNIX_EPOCH + Duration::from_secs(2),
+    }
+}
+
+#[track_caller]
+fn scrubbed(field: &str, value: &str) {
+    assert!(!value.contains(SECRET), "{field} leaked: {value:?}");
+    assert!(!value.contains("hunter2"), "{field} leaked: {value:?}");
+    assert!(!value.contains('\n'), "{field} kept a newline: {value:?}");
+    assert!(
+        value.contains(crate::MASK),
+        "{field} was not masked: {value:?}"
+    );
+}
+
+#[test]
+fn every_field_is_scrubbed() {
+    let Finding {
+        policy,
+        policy_uid,
+        behavior: _,
+        pod:
+            PodIdentity {
+                namespace,
+                name,
+                uid,
+                container,
+                owner_kind,
+                owner_name,
+            },
+        target,
+        enforced: _,
+        decision: _,
+        count: _,
+        first_observed: _,
+        last_observed: _,
+    } = secret_finding().redact();
+    scrubbed("policy", &policy);
+    scrubbed("policy_uid", &policy_uid);
+    scrubbed("pod.namespace", &namespace);
+    scrubbed("pod.name", &name);
+    scrubbed("pod.uid", &uid);
+    scrubbed("pod.container", &container.unwrap());
+    scrubbed("pod.owner_kind", &owner_kind.unwrap());
+    scrubbed("pod.owner_name", &owner_name.unwrap());
+    scrubbed("target", &target);
+}
+
+#[test]
+fn debug_prints_the_redaction() {
+    let f = secret_finding();
+    let debug = format!("{f:?} {:?}", f.pod);
+    assert!(!debug.contains(SECRET), "{debug}");
+    let redacted = format!("{:?}", f.clone().redact());
+    assert!(!redacted.contains(SECRET), "{redacted}");
+}
+
+#[test]
+fn the_report_result_carries_no_secret_and_only_closed_keys() {
+    for behavior in Behavior::ALL {
+        let mut f = secret_finding();
+        f.behavior = behavior;
+        let result = report_result(&f);
+        let json = serde_json::to_string(&result).unwrap();
+        assert!(!json.contains(SECRET), "{behavior}: {json}");
+        for (key, value) in result.properties.as_ref().unwrap() {
+            assert!(property::ALL.contains(&key.as_str()), "{key}");
+            assert!(!value.contains(SECRET), "{key}");
+            assert!(value.chars().count() <= crate::MAX_CHARS, "{key}");
+        }
+        let message = result.message.unwrap();
+        assert!(!message.contains(SECRET));
+        assert!(message.chars().count() <= crate::MAX_CHARS);
+    }
+}
+
+#[test]
+fn the_written_report_carries_no_secret() {
+    let f = secret_finding();
+    let redacted = f.clone().redact();
+    let pod = PodKey::of(&redacted);
+    let findings = BTreeMap::from([(redacted.fingerprint(), redacted)]);
+    let merged = desired_report(None, &pod, &findings, 500);
+    let json = serde_json::to_string(&merged.report).unwrap();
+    assert!(!json.contains(SECRET), "{json}");
+}
+
+#[test]
+fn a_raw_finding_given_to_report_result_is_scrubbed_too() {
+    // `report_result` redacts itself: a caller cannot bypass the chokepoint
+    // by handing it an unredacted finding.
+    let json = serde_json::to_string(&report_result(&secret_finding())).unwrap();
+    assert!(!json.contains(SECRET));
+}

@@ -1,0 +1,57 @@
+//! The errors of a Report write.
+
+/// Why a pod's Report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request (or could not be reached).
+    #[error("Report {namespace}/{name}: {source}")]
+    Api {
+        /// The Report's namespace (the pod's).
+        namespace: String,
+        /// The Report's name.
+        name: String,
+        /// What the client reported.
+        source: kube::Error,
+    },
+    /// Every attempt lost a write race to another writer.
+    #[error("Report {namespace}/{name}: still conflicting after {attempts} attempts")]
+    Conflicts {
+        /// The Report's namespace (the pod's).
+        namespace: String,
+        /// The Report's name.
+        name: String,
+        /// How many writes were tried.
+        attempts: u32,
+    },
+}
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A short stable name for metric labels and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Api { .. } => "api",
+            Error::Conflicts { .. } => "conflicts",
+        }
+    }
+
+    /// Whether the same write may succeed later, so the findings are kept
+    /// for the next flush: conflicts, throttling, server errors and
+    /// transport failures. A refusal that repeating cannot change (the
+    /// namespace is gone or terminating, the object is invalid, the daemon
+    /// is not allowed to write it) is not: retrying it every flush would
+    /// only hold memory and load the API server for findings that cannot
+    /// land, so they are dropped and counted instead.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Conflicts { .. } => true,
+            Error::Api {
+                source: kube::Error::Api(status),
+                ..
+            } => !matches!(status.code, 400 | 403 | 404 | 405 | 410 | 413 | 415 | 422),
+            Error::Api { .. } => true,
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Findings, the redaction chokepoint, and the reporter that writes them as
+//! OpenReports Reports.
+//!
+//! The monitor turns observations into [`Finding`]s: one policy, one
+//! behavior, one pod, one target, whether the kernel refused it or monitor
+//! mode would have, and how many times between two instants. This crate is
+//! where findings leave the daemon:
+//!
+//! - [`sanitize`] and [`Finding::redact`] are the **redaction chokepoint**.
+//!   Secret material must be structurally unable to reach a Report, a log
+//!   line or the wire: a `Finding` is a closed struct of typed scalars (no
+//!   label map, no free-form properties), `redact` passes every string
+//!   field through `sanitize`, field by field from an exhaustive
+//!   destructuring (a new field does not compile until it is decided), and
+//!   a finding's `Debug` is its redaction. There is no option that weakens
+//!   it; adding one is a reason to reject the change. Every other sink
+//!   (the push stream, Kubernetes Events) sends `finding.redact()`.
+//! - [`report_result`] builds a result from a finding's redaction with a
+//!   closed set of property keys ([`property::ALL`]). Pod labels are never
+//!   emitted.
+//! - [`Reporter`] buffers findings by [`Fingerprint`] and flushes every
+//!   10 s into one namespaced Report per pod, named by [`report_name`],
+//!   owned by the pod (so it goes with it), merged with what is stored
+//!   (counts add, the window widens), capped at 500 results with
+//!   [`TRUNCATED_ANNOTATION`] counting what was cut, and not written at
+//!   all when nothing changed. It flushes once more on shutdown, on its
+//!   own deadline.
+
+mod error;
+mod finding;
+mod merge;
+mod name;
+mod reporter;
+mod result;
+mod sanitize;
+
+pub use error::{Error, Result};
+pub use finding::{Behavior, Decision, Finding, Fingerprint, PodIdentity};
+pub use merge::{MANAGED_BY, MANAGED_BY_LABEL, TRUNCATED_ANNOTATION};
+pub use name::{report_name, MAX_REPORT_NAME_LEN, REPORT_NAME_PREFIX};
+pub use reporter::{
+    DropHook, DropReason, Flushed, PodOutcome, Reporter, ReporterHandle, ReporterOptions,
+    WriteHook, WriteResult,
+};
+pub use result::{outcome, pod_reference, property, report_result, SOURCE};
+pub use sanitize::{sanitize, MASK, MAX_CHARS, PRE_CUT_CHARS};
+
+#[cfg(test)]
+mod chokepoint_tests;

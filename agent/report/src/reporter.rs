@@ -1,0 +1,745 @@
+//! The reporter: findings in, one OpenReports Report per pod out.
+//!
+//! [`ReporterHandle::submit`] never blocks: it redacts the finding and
+//! folds it into a buffer keyed by fingerprint, under a lock held only for
+//! a map operation. [`Reporter::run`] flushes the buffer every interval
+//! and once more on shutdown. A flush groups the findings by pod and, per
+//! pod, reads the stored Report, merges, skips the write if nothing
+//! changed, and otherwise creates or replaces it with the resourceVersion
+//! it read, starting over from a fresh read when another writer got there
+//! first (a 409).
+//!
+//! Nothing is lost silently. The buffer is bounded (`max_buffered`
+//! distinct fingerprints); what does not fit, what has no pod to report on,
+//! and what a write could not deliver is counted in
+//! [`ReporterHandle::dropped`] and reported to the `on_drop` hook with a
+//! [`DropReason`]. A write that may succeed later keeps its findings for
+//! the next flush, at most `max_results` per pod (the most recent), since
+//! no more fit in a Report anyway.
+//!
+//! A flush is cancel-safe: findings it took from the buffer and had not
+//! written go back if its future is dropped (at shutdown, when the final
+//! flush's deadline expires). The one imprecision is a write the API server
+//! applied whose response never arrived: its findings are kept and counted
+//! again on the next flush. An over-count was preferred to a loss.
+
+use crate::error::{Error, Result};
+use crate::finding::{Finding, Fingerprint};
+use crate::merge::{desired_report, PodKey};
+use crate::name::report_name;
+use kube::api::{Api, PostParams};
+use kyverno_runtime_api::openreports::Report;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// Why findings were dropped (`events_dropped_total{source="reporter",reason}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// The buffer held `max_buffered` distinct findings already, or a
+    /// failed pod's retained findings exceeded `max_results`.
+    BufferFull,
+    /// The finding names no pod a Report can be written for.
+    Unattributed,
+    /// The API server refused the write in a way retrying cannot change.
+    WriteFailed,
+    /// Submitted after the reporter stopped, or still unwritten when the
+    /// final flush ran out of time.
+    Shutdown,
+}
+
+impl DropReason {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::BufferFull => "buffer_full",
+            DropReason::Unattributed => "unattributed",
+            DropReason::WriteFailed => "write_failed",
+            DropReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// How one Report write attempt ended (`report_writes_total{result}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WriteResult {
+    /// The Report did not exist and was created.
+    Created,
+    /// The Report was replaced.
+    Updated,
+    /// The merge equals what is stored: no write was made.
+    Unchanged,
+    /// Another writer changed the Report in between; retried from a fresh
+    /// read.
+    Conflict,
+    /// The write (or the read before it) failed.
+    Error,
+}
+
+impl WriteResult {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteResult::Created => "created",
+            WriteResult::Updated => "updated",
+            WriteResult::Unchanged => "unchanged",
+            WriteResult::Conflict => "conflict",
+            WriteResult::Error => "error",
+        }
+    }
+}
+
+/// Called with each drop's reason and how many findings it dropped. Runs on
+/// the submitting or flushing task: it must be quick and must not block.
+pub type DropHook = Arc<dyn Fn(DropReason, u64) + Send + Sync>;
+
+/// Called once per write attempt outcome (a conflict, then the retry's
+/// outcome). Runs on the flushing task: quick, never blocking.
+pub type WriteHook = Arc<dyn Fn(WriteResult) + Send + Sync>;
+
+/// How a [`Reporter`] behaves.
+#[derive(Clone)]
+pub struct ReporterOptions {
+    /// Time between flushes (10 s: what bounds how far a Report lags).
+    pub interval: Duration,
+    /// Results per Report; beyond it the oldest go (500).
+    pub max_results: usize,
+    /// How long the final flush on shutdown may take (5 s), well inside a
+    /// pod's default 30 s termination grace period.
+    pub shutdown_deadline: Duration,
+    /// Distinct findings the buffer holds between flushes (10 000: a few MB
+    /// at most, every string being bounded by redaction).
+    pub max_buffered: usize,
+    /// Writes tried per Report per flush before giving up on conflicts (5).
+    pub max_write_attempts: u32,
+    /// Told about every drop (for `events_dropped_total`).
+    pub on_drop: Option<DropHook>,
+    /// Told about every write attempt (for `report_writes_total`).
+    pub on_write: Option<WriteHook>,
+}
+
+impl Default for ReporterOptions {
+    fn default() -> Self {
+        ReporterOptions {
+            interval: Duration::from_secs(10),
+            max_results: 500,
+            shutdown_deadline: Duration::from_secs(5),
+            max_buffered: 10_000,
+            max_write_attempts: 5,
+            on_drop: None,
+            on_write: None,
+        }
+    }
+}
+
+impl fmt::Debug for ReporterOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReporterOptions")
+            .field("interval", &self.interval)
+            .field("max_results", &self.max_results)
+            .field("shutdown_deadline", &self.shutdown_deadline)
+            .field("max_buffered", &self.max_buffered)
+            .field("max_write_attempts", &self.max_write_attempts)
+            .field("on_drop", &self.on_drop.is_some())
+            .field("on_write", &self.on_write.is_some())
+            .finish()
+    }
+}
+
+/// What one flush did, per pod.
+#[derive(Debug, Default)]
+pub struct Flushed {
+    /// One entry per pod that had findings, in namespace/name order.
+    pub outcomes: Vec<PodOutcome>,
+}
+
+/// How one pod's Report fared in a flush.
+#[derive(Debug)]
+pub struct PodOutcome {
+    /// The pod's (and the Report's) namespace.
+    pub namespace: String,
+    /// The Report's name.
+    pub report: String,
+    /// Distinct findings this flush had for the pod.
+    pub findings: usize,
+    /// The final outcome of the write (`Created`, `Updated`, `Unchanged`),
+    /// or why it failed.
+    pub result: Result<WriteResult>,
+}
+
+/// What the handles and the flush loop share.
+struct Shared {
+    buffer: Mutex<HashMap<Fingerprint, Finding>>,
+    dropped: AtomicU64,
+    closed: AtomicBool,
+    max_buffered: usize,
+    max_results: usize,
+    on_drop: Option<DropHook>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Fingerprint, Finding>> {
+        // Every critical section is one map operation or a whole-map swap,
+        // so a panic inside one cannot leave the map half-updated: use it.
+        self.buffer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn drop_findings(&self, reason: DropReason, count: u64) {
+        if count == 0 {
+            return;
+        }
+        self.dropped.fetch_add(count, Ordering::Relaxed);
+        if let Some(hook) = &self.on_drop {
+            hook(reason, count);
+        }
+    }
+
+    fn submit(&self, finding: Finding) {
+        if self.closed.load(Ordering::Relaxed) {
+            self.drop_findings(DropReason::Shutdown, 1);
+            return;
+        }
+        let mut finding = finding.redact();
+        finding.normalize_window();
+        if !finding.pod.is_addressable() {
+            self.drop_findings(DropReason::Unattributed, 1);
+            return;
+        }
+        let fingerprint = finding.fingerprint_of_redacted();
+        let full = {
+            let mut buffer = self.lock();
+            insert(&mut buffer, self.max_buffered, fingerprint, finding)
+        };
+        if full {
+            self.drop_findings(DropReason::BufferFull, 1);
+        }
+    }
+
+    fn take(&self) -> HashMap<Fingerprint, Finding> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    /// Puts findings that could not be written back for the next flush: at
+    /// most `max_results` per pod, the most recent, and only as many
+    /// distinct findings as the buffer holds.
+    fn requeue(&self, groups: impl IntoIterator<Item = BTreeMap<Fingerprint, Finding>>) {
+        let mut over_cap = 0u64;
+        let mut keep = Vec::new();
+        for group in groups {
+            let mut group: Vec<(Fingerprint, Finding)> = group.into_iter().collect();
+            if group.len() > self.max_results {
+                group.sort_by_key(|(_, f)| std::cmp::Reverse(f.last_observed));
+                over_cap += (group.len() - self.max_results) as u64;
+                group.truncate(self.max_results);
+            }
+            keep.extend(group);
+        }
+        let mut full = 0u64;
+        {
+            let mut buffer = self.lock();
+            for (fingerprint, finding) in keep {
+                if insert(&mut buffer, self.max_buffered, fingerprint, finding) {
+                    full += 1;
+                }
+            }
+        }
+        self.drop_findings(DropReason::BufferFull, over_cap + full);
+    }
+}
+
+/// Folds `finding` into the buffer; `true` if it did not fit.
+fn insert(
+    buffer: &mut HashMap<Fingerprint, Finding>,
+    max: usize,
+    fingerprint: Fingerprint,
+    finding: Finding,
+) -> bool {
+    if let Some(existing) = buffer.get_mut(&fingerprint) {
+        existing.absorb(finding);
+        false
+    } else if buffer.len() >= max {
+        true
+    } else {
+        buffer.insert(fingerprint, finding);
+        false
+    }
+}
+
+/// The findings a flush took and has not settled yet: put back into the
+/// buffer when dropped, so a cancelled flush loses nothing.
+struct Pending<'a> {
+    shared: &'a Shared,
+    pods: BTreeMap<PodKey, BTreeMap<Fingerprint, Finding>>,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        let pods = std::mem::take(&mut self.pods);
+        if !pods.is_empty() {
+            self.shared.requeue(pods.into_values());
+        }
+    }
+}
+
+/// Submits findings to a [`Reporter`]. Cheap to clone; never blocks.
+#[derive(Clone)]
+pub struct ReporterHandle {
+    shared: Arc<Shared>,
+}
+
+impl ReporterHandle {
+    /// Buffers a finding for the next flush.
+    ///
+    /// The finding is [redacted](Finding::redact) first, so the raw argv or
+    /// path it may carry never waits in memory; one with the fingerprint of
+    /// a buffered finding is folded into it (counts add, the window
+    /// widens). A finding naming no addressable pod, one that does not fit
+    /// the buffer, or one submitted after the reporter stopped is dropped
+    /// and counted.
+    pub fn submit(&self, finding: Finding) {
+        self.shared.submit(finding);
+    }
+
+    /// Findings dropped since the reporter was made, for every reason.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Distinct findings waiting for the next flush.
+    pub fn buffered(&self) -> usize {
+        self.shared.lock().len()
+    }
+}
+
+impl fmt::Debug for ReporterHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReporterHandle")
+            .field("buffered", &self.buffered())
+            .field("dropped", &self.dropped())
+            .finish()
+    }
+}
+
+/// Writes buffered findings into one OpenReports Report per pod.
+pub struct Reporter {
+    client: kube::Client,
+    shared: Arc<Shared>,
+    interval: Duration,
+    shutdown_deadline: Duration,
+    max_write_attempts: u32,
+    on_write: Option<WriteHook>,
+}
+
+impl Reporter {
+    /// A reporter writing through `client` (which needs get, create and
+    /// update on `reports.openreports.io` in the pods' namespaces).
+    pub fn new(client: kube::Client, options: ReporterOptions) -> Self {
+        let ReporterOptions {
+            interval,
+            max_results,
+            shutdown_deadline,
+            max_buffered,
+            max_write_attempts,
+            on_drop,
+            on_write,
+        } = options;
+        Reporter {
+            client,
+            shared: Arc::new(Shared {
+                buffer: Mutex::new(HashMap::new()),
+                dropped: AtomicU64::new(0),
+                closed: AtomicBool::new(false),
+                max_buffered,
+                // A Report with room for nothing would drop every finding.
+                max_results: max_results.max(1),
+                on_drop,
+            }),
+            // A zero interval would make `tokio::time::interval` panic.
+            interval: interval.max(Duration::from_millis(1)),
+            shutdown_deadline,
+            max_write_attempts: max_write_attempts.max(1),
+            on_write,
+        }
+    }
+
+    /// A handle to submit findings with.
+    pub fn handle(&self) -> ReporterHandle {
+        ReporterHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Flushes every interval until `shutdown` completes, then once more
+    /// within `shutdown_deadline`, so the last window is not lost on a
+    /// rollout. The first flush comes one interval after the start.
+    ///
+    /// A flush in progress when `shutdown` completes is abandoned (its
+    /// unwritten findings go back to the buffer) and the final flush starts
+    /// on its own fresh deadline, so a slow API server cannot stretch
+    /// shutdown beyond it. Whatever is still unwritten after the final
+    /// flush is counted as dropped ([`DropReason::Shutdown`]), and so is
+    /// anything submitted afterwards.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let start = tokio::time::Instant::now() + self.interval;
+        let mut ticks = tokio::time::interval_at(start, self.interval);
+        // A flush slower than the interval delays the next one instead of
+        // queueing a catch-up burst.
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                _ = ticks.tick() => {
+                    tokio::select! {
+                        biased;
+                        () = &mut shutdown => break,
+                        _ = self.flush() => {}
+                    }
+                }
+            }
+        }
+        tracing::debug!("final Report flush on shutdown");
+        if tokio::time::timeout(self.shutdown_deadline, self.flush())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                deadline = ?self.shutdown_deadline,
+                "final Report flush ran out of time"
+            );
+        }
+        self.shared.closed.store(true, Ordering::Relaxed);
+        let left = self.shared.take().len() as u64;
+        if left > 0 {
+            tracing::warn!(findings = left, "findings not written before shutdown");
+        }
+        self.shared.drop_findings(DropReason::Shutdown, left);
+    }
+
+    /// Writes every buffered finding now, one Report per pod. A pod whose
+    /// write fails does not stop the others; see [`Flushed`] for what
+    /// happened to each.
+    pub async fn flush(&self) -> Flushed {
+        let mut pending = Pending {
+            shared: &self.shared,
+            pods: BTreeMap::new(),
+        };
+        for (fingerprint, finding) in self.shared.take() {
+            pending
+                .pods
+                .entry(PodKey::of(&finding))
+                .or_default()
+                .insert(fingerprint, finding);
+        }
+        let pods: Vec<PodKey> = pending.pods.keys().cloned().collect();
+        let mut flushed = Flushed::default();
+        for pod in pods {
+            let Some(findings) = pending.pods.get(&pod) else {
+                continue;
+            };
+            let count = findings.len();
+            let result = self.write(&pod, findings).await;
+            let findings = pending.pods.remove(&pod).unwrap_or_default();
+            match &result {
+                Ok(_) => {}
+                Err(e) if e.is_retryable() => {
+                    tracing::warn!(error = %e, findings = count, "Report write failed; keeping its findings for the next flush");
+                    self.shared.requeue([findings]);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, findings = count, "Report write refused; dropping its findings");
+                    self.shared
+                        .drop_findings(DropReason::WriteFailed, count as u64);
+                }
+            }
+            flushed.outcomes.push(PodOutcome {
+                namespace: pod.namespace.clone(),
+                report: report_name(&pod.name),
+                findings: count,
+                result,
+            });
+        }
+        flushed
+    }
+
+    fn wrote(&self, result: WriteResult) {
+        if let Some(hook) = &self.on_write {
+            hook(result);
+        }
+    }
+
+    /// Merges `findings` into the pod's Report, retrying lost races from a
+    /// fresh read.
+    async fn write(
+        &self,
+        pod: &PodKey,
+        findings: &BTreeMap<Fingerprint, Finding>,
+    ) -> Result<WriteResult> {
+        let api: Api<Report> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let name = report_name(&pod.name);
+        let api_err = |source| Error::Api {
+            namespace: pod.namespace.clone(),
+            name: name.clone(),
+            source,
+        };
+        for attempt in 1..=self.max_write_attempts {
+            let stored = match api.get_opt(&name).await {
+                Ok(stored) => stored,
+                Err(e) => {
+                    self.wrote(WriteResult::Error);
+                    return Err(api_err(e));
+                }
+            };
+            let merged = desired_report(stored.as_ref(), pod, findings, self.shared.max_results);
+            if stored.as_ref() == Some(&merged.report) {
+                self.wrote(WriteResult::Unchanged);
+                return Ok(WriteResult::Unchanged);
+            }
+            let written = match &stored {
+                None => api
+                    .create(&PostParams::default(), &merged.report)
+                    .await
+                    .map(|_| WriteResult::Created),
+                Some(_) => api
+                    .replace(&name, &PostParams::default(), &merged.report)
+                    .await
+                    .map(|_| WriteResult::Updated),
+            };
+            match written {
+                Ok(result) => {
+                    if merged.dropped > 0 {
+                        tracing::info!(namespace = %pod.namespace, report = %name, dropped = merged.dropped, "Report at its result cap; dropped the oldest results");
+                    }
+                    self.wrote(result);
+                    return Ok(result);
+                }
+                // 409: a replace with a stale resourceVersion, or a create
+                // that lost to another creator. 404 on a replace: the
+                // Report was deleted in between. Either way, start over
+                // from what is there now.
+                Err(kube::Error::Api(status))
+                    if status.code == 409 || (status.code == 404 && stored.is_some()) =>
+                {
+                    tracing::debug!(namespace = %pod.namespace, report = %name, attempt, "Report write lost a race; retrying from a fresh read");
+                    self.wrote(WriteResult::Conflict);
+                    tokio::time::sleep(backoff(&name, attempt)).await;
+                }
+                Err(e) => {
+                    self.wrote(WriteResult::Error);
+                    return Err(api_err(e));
+                }
+            }
+        }
+        self.wrote(WriteResult::Error);
+        Err(Error::Conflicts {
+            namespace: pod.namespace.clone(),
+            name,
+            attempts: self.max_write_attempts,
+        })
+    }
+}
+
+impl fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reporter")
+            .field("interval", &self.interval)
+            .field("shutdown_deadline", &self.shutdown_deadline)
+            .field("max_write_attempts", &self.max_write_attempts)
+            .field("handle", &self.handle())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A short wait that grows with the attempt and differs between Reports,
+/// so writers that collided do not collide again in lockstep.
+fn backoff(name: &str, attempt: u32) -> Duration {
+    let spread = name
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+        % 20;
+    Duration::from_millis(10 * u64::from(attempt.min(10)) + spread)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::finding::{Behavior, PodIdentity};
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    type Drops = Arc<Mutex<Vec<(DropReason, u64)>>>;
+
+    fn shared(max_buffered: usize, max_results: usize) -> (Shared, Drops) {
+        let drops = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&drops);
+        let hook: DropHook = Arc::new(move |r, n| seen.lock().unwrap().push((r, n)));
+        (
+            Shared {
+                buffer: Mutex::new(HashMap::new()),
+                dropped: AtomicU64::new(0),
+                closed: AtomicBool::new(false),
+                max_buffered,
+                max_results,
+                on_drop: Some(hook),
+            },
+            drops,
+        )
+    }
+
+    fn finding(pod: &str, target: &str, count: u64, first: u64, last: u64) -> Finding {
+        Finding {
+            policy: "p".into(),
+            policy_uid: "u".into(),
+            behavior: Behavior::Open,
+            pod: PodIdentity {
+                namespace: "ns".into(),
+                name: pod.into(),
+                uid: format!("uid-{pod}"),
+                container: None,
+                owner_kind: None,
+                owner_name: None,
+            },
+            target: target.into(),
+            enforced: false,
+            decision: None,
+            count,
+            first_observed: at(first),
+            last_observed: at(last),
+        }
+    }
+
+    #[test]
+    fn submissions_are_deduplicated_by_fingerprint() {
+        let (s, drops) = shared(10, 500);
+        s.submit(finding("a", "/etc/x", 2, 10, 20));
+        s.submit(finding("a", "/etc/x", 3, 5, 15));
+        s.submit(finding("a", "/etc/y", 1, 1, 1));
+        s.submit(finding("b", "/etc/x", 1, 1, 1));
+        let taken = s.take();
+        assert_eq!(taken.len(), 3);
+        let x = &taken[&finding("a", "/etc/x", 0, 0, 0).fingerprint()];
+        assert_eq!(x.count, 5);
+        assert_eq!(x.first_observed, at(5));
+        assert_eq!(x.last_observed, at(20));
+        assert!(drops.lock().unwrap().is_empty());
+        assert!(s.take().is_empty(), "take empties the buffer");
+    }
+
+    #[test]
+    fn submissions_are_redacted_and_windows_normalized() {
+        let (s, _) = shared(10, 500);
+        s.submit(finding("a", "/bin/mysql --password=hunter2", 1, 20, 10));
+        let taken = s.take();
+        let f = taken.values().next().unwrap();
+        assert_eq!(f.target, "/bin/mysql --password=***");
+        assert_eq!((f.first_observed, f.last_observed), (at(10), at(20)));
+    }
+
+    #[test]
+    fn a_full_buffer_drops_and_counts_new_findings_only() {
+        let (s, drops) = shared(2, 500);
+        s.submit(finding("a", "/1", 1, 1, 1));
+        s.submit(finding("a", "/2", 1, 1, 1));
+        s.submit(finding("a", "/3", 1, 1, 1));
+        s.submit(finding("a", "/1", 1, 2, 2)); // known: still folds in
+        assert_eq!(s.dropped.load(Ordering::Relaxed), 1);
+        assert_eq!(*drops.lock().unwrap(), [(DropReason::BufferFull, 1)]);
+        let taken = s.take();
+        assert_eq!(taken.len(), 2);
+        assert_eq!(taken[&finding("a", "/1", 0, 0, 0).fingerprint()].count, 2);
+    }
+
+    #[test]
+    fn unattributed_and_late_findings_are_counted() {
+        let (s, drops) = shared(10, 500);
+        let mut f = finding("a", "/1", 1, 1, 1);
+        f.pod.namespace.clear();
+        s.submit(f);
+        s.closed.store(true, Ordering::Relaxed);
+        s.submit(finding("a", "/1", 1, 1, 1));
+        assert_eq!(
+            *drops.lock().unwrap(),
+            [(DropReason::Unattributed, 1), (DropReason::Shutdown, 1)]
+        );
+        assert!(s.take().is_empty());
+    }
+
+    #[test]
+    fn requeued_findings_merge_with_new_ones_within_the_caps() {
+        let (s, drops) = shared(100, 2);
+        s.submit(finding("a", "/new", 1, 50, 50));
+        let mut group = BTreeMap::new();
+        for (i, target) in ["/old1", "/old2", "/new"].iter().enumerate() {
+            let f = finding("a", target, 1, 10 + i as u64, 10 + i as u64).redact();
+            group.insert(f.fingerprint(), f);
+        }
+        s.requeue([group]);
+        // Per pod, the two most recent of the three kept; the oldest counted.
+        assert_eq!(*drops.lock().unwrap(), [(DropReason::BufferFull, 1)]);
+        let taken = s.take();
+        assert_eq!(taken.len(), 2);
+        let new = &taken[&finding("a", "/new", 0, 0, 0).fingerprint()];
+        assert_eq!(new.count, 2);
+        assert_eq!((new.first_observed, new.last_observed), (at(12), at(50)));
+        assert!(taken.contains_key(&finding("a", "/old2", 0, 0, 0).fingerprint()));
+    }
+
+    #[test]
+    fn a_dropped_pending_set_goes_back_to_the_buffer() {
+        let (s, drops) = shared(100, 500);
+        let f = finding("a", "/x", 4, 1, 1).redact();
+        {
+            let mut pending = Pending {
+                shared: &s,
+                pods: BTreeMap::new(),
+            };
+            pending
+                .pods
+                .entry(PodKey::of(&f))
+                .or_default()
+                .insert(f.fingerprint(), f.clone());
+        }
+        let taken = s.take();
+        assert_eq!(taken[&f.fingerprint()].count, 4);
+        assert!(drops.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn retryable_errors() {
+        let conflict = Error::Conflicts {
+            namespace: "n".into(),
+            name: "r".into(),
+            attempts: 5,
+        };
+        assert!(conflict.is_retryable());
+        assert_eq!(conflict.metric_label(), "conflicts");
+        let api = |code: u16| Error::Api {
+            namespace: "n".into(),
+            name: "r".into(),
+            source: kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..kube::core::Status::default()
+            })),
+        };
+        for code in [429, 500, 503, 401] {
+            assert!(api(code).is_retryable(), "{code}");
+        }
+        for code in [400, 403, 404, 422] {
+            assert!(!api(code).is_retryable(), "{code}");
+        }
+    }
+
+    #[test]
+    fn label_values() {
+        assert_eq!(DropReason::BufferFull.as_str(), "buffer_full");
+        assert_eq!(WriteResult::Unchanged.as_str(), "unchanged");
+    }
+}

@@ -1,0 +1,571 @@
+//! Tier 3: the reporter against a real kube-apiserver and etcd.
+//!
+//! Counts add up across flushes; a flush with nothing new writes nothing;
+//! a writer that changes the Report between our read and our write makes us
+//! retry from a fresh read, and both contributions survive; a failed write
+//! keeps its findings for the next flush, a refused one drops and counts
+//! them; the final flush on shutdown writes what was submitted just before.
+//!
+//! The Report CRD is generated from the Rust types (not read from the
+//! chart). There is no kube-controller-manager here, so nothing
+//! garbage-collects a Report when its pod goes: each test deletes its own
+//! Report and recreates its pod (a new uid) before it starts.
+//!
+//! The concurrent writer is made deterministic with a tower layer on the
+//! reporter's client: it holds back the next Report write until another
+//! reporter's flush has completed, so the held-back write carries a stale
+//! resourceVersion (or loses the create) for certain, not by timing.
+// A test harness: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(feature = "kube-tests")]
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, PostParams};
+use kyverno_runtime_api::openreports::{report_crd, Report, ReportResult};
+use kyverno_runtime_report::{
+    property, Behavior, Decision, Finding, PodIdentity, Reporter, ReporterOptions, WriteResult,
+    MANAGED_BY, MANAGED_BY_LABEL,
+};
+use kyverno_runtime_testkube::LocalCluster;
+use std::future::Future;
+use std::io::Write as _;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const NS: &str = "kyverno-runtime-report-test";
+
+/// The cluster, with the Report CRD applied and established.
+fn cluster() -> &'static LocalCluster {
+    static READY: OnceLock<()> = OnceLock::new();
+    let cluster = LocalCluster::get().expect("local control plane (ci/kube-up)");
+    READY.get_or_init(|| {
+        let yaml = kyverno_runtime_api::crd::to_yaml(&report_crd()).unwrap();
+        let mut child = cluster
+            .kubectl()
+            .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(yaml.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "apply CRD: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster
+            .kubectl_ok(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/reports.openreports.io",
+            ])
+            .unwrap();
+    });
+    cluster
+}
+
+async fn config() -> kube::Config {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&cluster().kubeconfig).unwrap();
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap()
+}
+
+async fn client() -> kube::Client {
+    kube::Client::try_from(config().await).unwrap()
+}
+
+/// A client whose next Report write first runs `interfere`'s action.
+async fn client_with(interfere: &Interfere) -> kube::Client {
+    kube::client::ClientBuilder::try_from(config().await)
+        .unwrap()
+        .with_layer(interfere)
+        .build()
+}
+
+fn ignore_not_found<T>(r: Result<T, kube::Error>) {
+    match r {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn ignore_conflict<T>(r: Result<T, kube::Error>) {
+    match r {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A fresh Pod object (new uid) with no Report yet, in [`NS`].
+async fn fresh_pod(client: &kube::Client, name: &str) -> PodIdentity {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
+    ignore_conflict(namespaces.create(&PostParams::default(), &ns).await);
+    // The pod's service account: there is no controller-manager here to
+    // create a namespace's `default` one, and admission requires it.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NS);
+    let account: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
+    ignore_conflict(accounts.create(&PostParams::default(), &account).await);
+    let reports: Api<Report> = Api::namespaced(client.clone(), NS);
+    ignore_not_found(
+        reports
+            .delete(
+                &kyverno_runtime_report::report_name(name),
+                &DeleteParams::default(),
+            )
+            .await,
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    // Never scheduled, so deleted at once (no kubelet to wait for).
+    ignore_not_found(
+        pods.delete(name, &DeleteParams::default().grace_period(0))
+            .await,
+    );
+    for _ in 0..100 {
+        if pods.get_opt(name).await.unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": "web", "secret-label": "do-not-emit"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]}
+    }))
+    .unwrap();
+    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
+    PodIdentity {
+        namespace: NS.into(),
+        name: name.into(),
+        uid: pod.metadata.uid.unwrap(),
+        container: Some("app".into()),
+        owner_kind: None,
+        owner_name: None,
+    }
+}
+
+fn at(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
+}
+
+fn rfc3339(secs: u64) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 + secs as i64)
+        .unwrap()
+        .to_string()
+}
+
+fn finding(pod: &PodIdentity, target: &str, count: u64, first: u64, last: u64) -> Finding {
+    Finding {
+        policy: "no-shell".into(),
+        policy_uid: "11111111-2222-3333-4444-555555555555".into(),
+        behavior: Behavior::Exec,
+        pod: pod.clone(),
+        target: target.into(),
+        enforced: true,
+        decision: Some(Decision::Denied),
+        count,
+        first_observed: at(first),
+        last_observed: at(last),
+    }
+}
+
+/// Records every write outcome the reporter reports.
+#[derive(Clone, Default)]
+struct Writes(Arc<Mutex<Vec<WriteResult>>>);
+
+impl Writes {
+    fn options(&self) -> ReporterOptions {
+        let seen = self.0.clone();
+        ReporterOptions {
+            on_write: Some(Arc::new(move |r| seen.lock().unwrap().push(r))),
+            ..ReporterOptions::default()
+        }
+    }
+    fn take(&self) -> Vec<WriteResult> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+async fn stored(client: &kube::Client, pod: &PodIdentity) -> Report {
+    let reports: Api<Report> = Api::namespaced(client.clone(), NS);
+    reports
+        .get(&kyverno_runtime_report::report_name(&pod.name))
+        .await
+        .unwrap()
+}
+
+fn by_target<'a>(report: &'a Report, target: &str) -> &'a ReportResult {
+    report
+        .spec
+        .results
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|r| r.properties.as_ref().unwrap()[property::TARGET] == target)
+        .unwrap_or_else(|| panic!("no result for {target}"))
+}
+
+fn prop<'a>(r: &'a ReportResult, key: &str) -> &'a str {
+    r.properties.as_ref().unwrap()[key].as_str()
+}
+
+fn only_outcome(flushed: &kyverno_runtime_report::Flushed) -> &WriteResult {
+    assert_eq!(flushed.outcomes.len(), 1, "{flushed:?}");
+    flushed.outcomes[0].result.as_ref().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn counts_add_up_across_flushes_and_nothing_new_writes_nothing() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "count-web").await;
+    let writes = Writes::default();
+    let reporter = Reporter::new(client.clone(), writes.options());
+    let handle = reporter.handle();
+
+    handle.submit(finding(&pod, "/bin/sh", 2, 10, 20));
+    handle.submit(finding(&pod, "/bin/sh", 1, 15, 25)); // deduplicated
+    let mut open = finding(&pod, "/etc/shadow", 1, 12, 12);
+    open.behavior = Behavior::Open;
+    open.enforced = false;
+    open.decision = None;
+    handle.submit(open);
+    let flushed = reporter.flush().await;
+    assert_eq!(only_outcome(&flushed), &WriteResult::Created);
+    assert_eq!(writes.take(), [WriteResult::Created]);
+
+    let report = stored(&client, &pod).await;
+    let meta = &report.metadata;
+    assert_eq!(meta.labels.as_ref().unwrap()[MANAGED_BY_LABEL], MANAGED_BY);
+    assert!(
+        !meta.labels.as_ref().unwrap().contains_key("secret-label"),
+        "pod labels are never emitted"
+    );
+    let owner = &meta.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Pod", pod.uid.as_str())
+    );
+    let scope = report.spec.scope.as_ref().unwrap();
+    assert_eq!(scope.name.as_deref(), Some("count-web"));
+    assert_eq!(scope.uid.as_deref(), Some(pod.uid.as_str()));
+    assert_eq!(report.spec.summary.unwrap().fail, 2);
+    let sh = by_target(&report, "/bin/sh");
+    assert_eq!(prop(sh, property::COUNT), "3");
+    assert_eq!(prop(sh, property::FIRST_TIMESTAMP), rfc3339(10));
+    assert_eq!(prop(sh, property::LAST_TIMESTAMP), rfc3339(25));
+    assert_eq!(prop(sh, property::ENFORCED), "true");
+    assert_eq!(prop(sh, property::CONTAINER), "app");
+    assert_eq!(sh.rule.as_deref(), Some("exec"));
+    let shadow = by_target(&report, "/etc/shadow");
+    assert_eq!(prop(shadow, property::ENFORCED), "false");
+    assert_eq!(prop(shadow, property::COUNT), "1");
+
+    // More of the same fingerprint: the count adds up across flushes and
+    // the window widens on both ends.
+    handle.submit(finding(&pod, "/bin/sh", 4, 5, 40));
+    let flushed = reporter.flush().await;
+    assert_eq!(only_outcome(&flushed), &WriteResult::Updated);
+    assert_eq!(writes.take(), [WriteResult::Updated]);
+    let report = stored(&client, &pod).await;
+    let sh = by_target(&report, "/bin/sh");
+    assert_eq!(prop(sh, property::COUNT), "7");
+    assert_eq!(prop(sh, property::FIRST_TIMESTAMP), rfc3339(5));
+    assert_eq!(prop(sh, property::LAST_TIMESTAMP), rfc3339(40));
+    assert_eq!(
+        prop(by_target(&report, "/etc/shadow"), property::COUNT),
+        "1"
+    );
+    let version = report.metadata.resource_version.clone();
+
+    // Nothing new: no write at all.
+    let flushed = reporter.flush().await;
+    assert!(flushed.outcomes.is_empty(), "{flushed:?}");
+    assert!(writes.take().is_empty());
+
+    // A finding that changes nothing (no new occurrence): read, compared,
+    // not written.
+    handle.submit(finding(&pod, "/bin/sh", 0, 5, 40));
+    let flushed = reporter.flush().await;
+    assert_eq!(only_outcome(&flushed), &WriteResult::Unchanged);
+    assert_eq!(writes.take(), [WriteResult::Unchanged]);
+    let report = stored(&client, &pod).await;
+    assert_eq!(report.metadata.resource_version, version);
+    assert_eq!(handle.dropped(), 0);
+}
+
+/// A tower layer that runs a one-shot action before the next Report write
+/// (POST or PUT) its client sends.
+#[derive(Clone, Default)]
+struct Interfere {
+    next: Arc<Mutex<Option<Action>>>,
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+enum Action {
+    /// Run this to completion, then send the write.
+    Before(BoxFuture),
+    /// Fail the write as if the connection had dropped.
+    Fail,
+}
+
+impl Interfere {
+    fn arm(&self, action: Action) {
+        *self.next.lock().unwrap() = Some(action);
+    }
+    fn is_armed(&self) -> bool {
+        self.next.lock().unwrap().is_some()
+    }
+}
+
+impl<S> tower::Layer<S> for Interfere {
+    type Service = InterfereService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        InterfereService {
+            inner,
+            interfere: self.clone(),
+        }
+    }
+}
+
+struct InterfereService<S> {
+    inner: S,
+    interfere: Interfere,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for InterfereService<S>
+where
+    S: tower::Service<http::Request<B>, Error = tower::BoxError>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = tower::BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, tower::BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let write = matches!(*req.method(), http::Method::POST | http::Method::PUT)
+            && req.uri().path().contains("/reports");
+        let action = if write {
+            self.interfere.next.lock().unwrap().take()
+        } else {
+            None
+        };
+        // The inner future sends nothing until it is polled, so the write
+        // leaves only after the action is done.
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            match action {
+                Some(Action::Fail) => Err("injected connection failure".into()),
+                Some(Action::Before(before)) => {
+                    before.await;
+                    fut.await
+                }
+                None => fut.await,
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_concurrent_writer_is_retried_and_both_contributions_survive() {
+    let plain = client().await;
+    let pod = fresh_pod(&plain, "conflict-web").await;
+    let interfere = Interfere::default();
+    let writes = Writes::default();
+    let ours = Reporter::new(client_with(&interfere).await, writes.options());
+    // The other writer: another daemon on the same node during a rollout.
+    let theirs = Arc::new(Reporter::new(plain.clone(), ReporterOptions::default()));
+
+    let race = |theirs: &Arc<Reporter>| {
+        let theirs = Arc::clone(theirs);
+        Action::Before(Box::pin(async move {
+            let flushed = theirs.flush().await;
+            assert_eq!(flushed.outcomes.len(), 1);
+            flushed.outcomes[0].result.as_ref().unwrap();
+        }))
+    };
+
+    // Round 1: both create. Theirs lands first; ours loses the create,
+    // re-reads and merges.
+    ours.handle().submit(finding(&pod, "/bin/sh", 2, 10, 20));
+    theirs.handle().submit(finding(&pod, "/bin/sh", 3, 5, 15));
+    theirs
+        .handle()
+        .submit(finding(&pod, "/bin/bash", 1, 30, 30));
+    interfere.arm(race(&theirs));
+    let flushed = ours.flush().await;
+    assert!(!interfere.is_armed(), "the write went through the layer");
+    assert_eq!(only_outcome(&flushed), &WriteResult::Updated);
+    assert_eq!(writes.take(), [WriteResult::Conflict, WriteResult::Updated]);
+    let report = stored(&plain, &pod).await;
+    let sh = by_target(&report, "/bin/sh");
+    assert_eq!(prop(sh, property::COUNT), "5");
+    assert_eq!(prop(sh, property::FIRST_TIMESTAMP), rfc3339(5));
+    assert_eq!(prop(sh, property::LAST_TIMESTAMP), rfc3339(20));
+    assert_eq!(prop(by_target(&report, "/bin/bash"), property::COUNT), "1");
+
+    // Round 2: both replace. Ours read the Report before theirs wrote, so
+    // its replace carries a stale resourceVersion.
+    ours.handle().submit(finding(&pod, "/bin/sh", 10, 50, 60));
+    theirs
+        .handle()
+        .submit(finding(&pod, "/bin/sh", 100, 40, 70));
+    theirs
+        .handle()
+        .submit(finding(&pod, "/bin/bash", 2, 31, 31));
+    interfere.arm(race(&theirs));
+    let flushed = ours.flush().await;
+    assert_eq!(only_outcome(&flushed), &WriteResult::Updated);
+    assert_eq!(writes.take(), [WriteResult::Conflict, WriteResult::Updated]);
+    let report = stored(&plain, &pod).await;
+    let sh = by_target(&report, "/bin/sh");
+    assert_eq!(prop(sh, property::COUNT), "115");
+    assert_eq!(prop(sh, property::FIRST_TIMESTAMP), rfc3339(5));
+    assert_eq!(prop(sh, property::LAST_TIMESTAMP), rfc3339(70));
+    assert_eq!(prop(by_target(&report, "/bin/bash"), property::COUNT), "3");
+    assert_eq!(report.spec.results.as_ref().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_write_keeps_its_findings_for_the_next_flush() {
+    let plain = client().await;
+    let pod = fresh_pod(&plain, "retry-web").await;
+    let interfere = Interfere::default();
+    let writes = Writes::default();
+    let reporter = Reporter::new(client_with(&interfere).await, writes.options());
+    let handle = reporter.handle();
+
+    handle.submit(finding(&pod, "/bin/sh", 2, 10, 20));
+    interfere.arm(Action::Fail);
+    let flushed = reporter.flush().await;
+    let error = flushed.outcomes[0].result.as_ref().unwrap_err();
+    assert!(error.is_retryable(), "{error}");
+    assert_eq!(writes.take(), [WriteResult::Error]);
+    assert_eq!(handle.buffered(), 1, "kept for the next flush");
+    assert_eq!(handle.dropped(), 0);
+
+    // Findings that arrive meanwhile fold into the kept ones.
+    handle.submit(finding(&pod, "/bin/sh", 3, 30, 30));
+    let flushed = reporter.flush().await;
+    assert_eq!(only_outcome(&flushed), &WriteResult::Created);
+    let report = stored(&plain, &pod).await;
+    let sh = by_target(&report, "/bin/sh");
+    assert_eq!(prop(sh, property::COUNT), "5");
+    assert_eq!(prop(sh, property::FIRST_TIMESTAMP), rfc3339(10));
+    assert_eq!(prop(sh, property::LAST_TIMESTAMP), rfc3339(30));
+    assert_eq!(handle.buffered(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_write_drops_and_counts_its_findings() {
+    let client = client().await;
+    let drops = Arc::new(Mutex::new(Vec::new()));
+    let seen = drops.clone();
+    let reporter = Reporter::new(
+        client,
+        ReporterOptions {
+            on_drop: Some(Arc::new(move |reason, n| {
+                seen.lock().unwrap().push((reason, n))
+            })),
+            ..ReporterOptions::default()
+        },
+    );
+    let handle = reporter.handle();
+    // A namespace that does not exist: the create is refused (404), and
+    // retrying cannot change that.
+    let ghost = PodIdentity {
+        namespace: "kyverno-runtime-report-no-such-namespace".into(),
+        name: "ghost".into(),
+        uid: "00000000-0000-0000-0000-000000000001".into(),
+        container: None,
+        owner_kind: None,
+        owner_name: None,
+    };
+    handle.submit(finding(&ghost, "/bin/sh", 1, 1, 1));
+    handle.submit(finding(&ghost, "/bin/ls", 1, 1, 1));
+    let flushed = reporter.flush().await;
+    let error = flushed.outcomes[0].result.as_ref().unwrap_err();
+    assert!(!error.is_retryable(), "{error}");
+    assert_eq!(handle.dropped(), 2);
+    assert_eq!(handle.buffered(), 0);
+    assert_eq!(
+        *drops.lock().unwrap(),
+        [(kyverno_runtime_report::DropReason::WriteFailed, 2)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_pod_name_gets_a_shortened_report_name() {
+    let client = client().await;
+    let name = "a-pod-with-a-name-long-enough-to-push-the-report-name-past-63-characters";
+    let pod = fresh_pod(&client, name).await;
+    let reporter = Reporter::new(client.clone(), ReporterOptions::default());
+    reporter.handle().submit(finding(&pod, "/bin/sh", 1, 1, 1));
+    let flushed = reporter.flush().await;
+    assert_eq!(only_outcome(&flushed), &WriteResult::Created);
+    let report_name = &flushed.outcomes[0].report;
+    assert!(report_name.len() <= 63, "{report_name}");
+    assert_eq!(report_name, &kyverno_runtime_report::report_name(name));
+    assert!(report_name.starts_with("kyverno-runtime-a-pod-with-a-name-long"));
+    let report = stored(&client, &pod).await;
+    assert_eq!(report.metadata.name.as_ref(), Some(report_name));
+    assert_eq!(report.spec.scope.unwrap().name.as_deref(), Some(name));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_final_flush_on_shutdown_writes_the_last_window() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "shutdown-web").await;
+    let writes = Writes::default();
+    let reporter = Reporter::new(
+        client.clone(),
+        ReporterOptions {
+            // No periodic flush within the test: only the final one writes.
+            interval: Duration::from_secs(3600),
+            shutdown_deadline: Duration::from_secs(20),
+            ..writes.options()
+        },
+    );
+    let handle = reporter.handle();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(reporter.run(async {
+        let _ = stopped.await;
+    }));
+
+    handle.submit(finding(&pod, "/bin/sh", 6, 10, 20));
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("run returns within its deadline")
+        .unwrap();
+
+    assert_eq!(writes.take(), [WriteResult::Created]);
+    let report = stored(&client, &pod).await;
+    assert_eq!(prop(by_target(&report, "/bin/sh"), property::COUNT), "6");
+    assert_eq!(handle.dropped(), 0);
+    // After shutdown, nothing is buffered that nobody will write: a late
+    // submission is counted as dropped.
+    handle.submit(finding(&pod, "/bin/sh", 1, 30, 30));
+    assert_eq!(handle.dropped(), 1);
+    assert_eq!(handle.buffered(), 0);
+}
