@@ -20,9 +20,12 @@ fn crd_cli(args: &[&str]) -> String {
 }
 
 fn committed(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../charts/kyverno-runtime/crds")
-        .join(name);
+    let dir = if name.starts_with("openreports") {
+        "../charts/kyverno-runtime/files/openreports"
+    } else {
+        "../charts/kyverno-runtime/crds"
+    };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir).join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

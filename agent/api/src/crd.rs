@@ -1,5 +1,9 @@
-//! The CRD manifests generated from the types, as committed under
-//! `charts/kyverno-runtime/crds/` and printed by `kyverno-runtime crd`.
+//! The CRD manifests generated from the types, as committed to the chart
+//! and printed by `kyverno-runtime crd`: RuntimePolicy under
+//! `charts/kyverno-runtime/crds/` (Helm installs it unconditionally), the
+//! OpenReports CRDs under `charts/kyverno-runtime/files/openreports/`
+//! (rendered only with `openreports.installCRDs`, since another chart, such
+//! as Policy Reporter's, may own them).
 //!
 //! The committed files are generated, never edited: `agent/api/tests/crd_drift.rs`
 //! fails when they differ from what the types produce
@@ -11,8 +15,10 @@ use kube::CustomResourceExt;
 use crate::openreports;
 use crate::runtimepolicy::RuntimePolicy;
 
-/// Where the chart keeps its CRDs, relative to the repository root.
+/// Where the chart keeps the RuntimePolicy CRD, relative to the repository root.
 pub const CHART_CRD_DIR: &str = "charts/kyverno-runtime/crds";
+/// Where the chart keeps the OpenReports CRDs, relative to the repository root.
+pub const OPENREPORTS_CRD_DIR: &str = "charts/kyverno-runtime/files/openreports";
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +33,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// One generated CRD and the file it is committed as.
 pub struct CrdFile {
-    /// File name under [`CHART_CRD_DIR`], `<group>_<plural>.yaml`.
+    /// The chart directory it is committed in ([`CHART_CRD_DIR`] or
+    /// [`OPENREPORTS_CRD_DIR`]), relative to the repository root.
+    pub dir: &'static str,
+    /// File name in that directory, `<group>_<plural>.yaml`.
     pub file_name: &'static str,
     /// The definition.
     pub crd: CustomResourceDefinition,
@@ -42,14 +51,17 @@ pub fn runtime_policy() -> CustomResourceDefinition {
 pub fn all() -> Vec<CrdFile> {
     vec![
         CrdFile {
+            dir: CHART_CRD_DIR,
             file_name: "runtime.nirmata.io_runtimepolicies.yaml",
             crd: runtime_policy(),
         },
         CrdFile {
+            dir: OPENREPORTS_CRD_DIR,
             file_name: "openreports.io_reports.yaml",
             crd: openreports::report_crd(),
         },
         CrdFile {
+            dir: OPENREPORTS_CRD_DIR,
             file_name: "openreports.io_clusterreports.yaml",
             crd: openreports::cluster_report_crd(),
         },

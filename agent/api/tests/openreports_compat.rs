@@ -560,7 +560,8 @@ fn report_with_every_field_round_trips_through_the_api_server() -> anyhow::Resul
     use std::process::Stdio;
 
     let cluster = kyverno_runtime_testkube::LocalCluster::get()?;
-    let crds = kyverno_runtime_testkube::repo_root().join("charts/kyverno-runtime/crds");
+    let crds =
+        kyverno_runtime_testkube::repo_root().join("charts/kyverno-runtime/files/openreports");
     cluster.kubectl_ok(&[
         "apply",
         "--server-side",

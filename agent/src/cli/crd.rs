@@ -13,17 +13,22 @@ pub struct CrdArgs {
     /// Report and ClusterReport), not only RuntimePolicy.
     #[arg(long)]
     pub all: bool,
-    /// Write every CRD into this directory (the chart's is
-    /// charts/kyverno-runtime/crds) instead of printing.
-    #[arg(long, value_name = "DIR")]
+    /// Write every CRD into the chart at this directory (normally
+    /// charts/kyverno-runtime: RuntimePolicy into crds/, the OpenReports
+    /// CRDs into files/openreports/) instead of printing.
+    #[arg(long, value_name = "CHART_DIR")]
     pub write: Option<PathBuf>,
 }
 
 /// Prints or writes the CRDs.
 pub fn run(args: CrdArgs) -> anyhow::Result<ExitCode> {
-    if let Some(dir) = &args.write {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if let Some(chart) = &args.write {
         for file in crd::all() {
+            // `dir` is relative to the repository root; the chart is its
+            // first two components.
+            let sub = file.dir.trim_start_matches("charts/kyverno-runtime/");
+            let dir = chart.join(sub);
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             let path = dir.join(file.file_name);
             std::fs::write(&path, crd::to_yaml(&file.crd)?)
                 .with_context(|| format!("writing {}", path.display()))?;
