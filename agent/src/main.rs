@@ -4,6 +4,7 @@
 //! module per subcommand under `cli/`.
 
 mod cli;
+mod daemon;
 
 use clap::Parser;
 

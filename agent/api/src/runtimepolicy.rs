@@ -381,6 +381,15 @@ pub struct NodePolicyStatus {
     /// What is unavailable here, when something is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// How many pods this policy selects on this node have a container
+    /// whose cgroup could not be found: nothing is enforced or observed in
+    /// those containers, and this says so instead of staying silent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unresolved_pod_count: Option<i32>,
+    /// The first of those pods (at most 16), with how many of their
+    /// containers are unresolved and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unresolved_pods: Vec<UnresolvedPod>,
     /// The state of each event source this policy depends on, on this node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub event_sources: Vec<EventSourceStatus>,
@@ -390,6 +399,18 @@ pub struct NodePolicyStatus {
     /// When this node last evaluated the policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_evaluated_time: Option<Time>,
+}
+
+/// A selected pod with containers whose cgroup this node could not find.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UnresolvedPod {
+    /// `namespace/name`.
+    pub pod: String,
+    /// How many of its containers are unresolved.
+    pub containers: i32,
+    /// The first unresolved container and why.
+    pub reason: String,
 }
 
 /// The lifecycle state of one event source on one node.

@@ -25,6 +25,10 @@ pub enum DropReason {
     send_failed,
     /// A kernel-side rate limit suppressed per-occurrence records.
     rate_limited,
+    /// The API server refused a Report write in a way retrying cannot fix.
+    write_failed,
+    /// Findings still unwritten when the shutdown deadline passed.
+    shutdown,
 }
 
 /// Why an event source failed (`source_failures_total{reason}`).

@@ -45,6 +45,7 @@ pub struct Metrics {
     report_writes: Family<ResultLabels, Counter>,
     source_available: Family<SourceLabels, Gauge>,
     source_failures: Family<SourceReasonLabels, Counter>,
+    pods_unresolved: Gauge,
     bpf_run_time: Family<ProgramLabels, Counter<f64, AtomicU64>>,
     bpf_run_count: Family<ProgramLabels, Counter>,
     /// The kernel's cumulative (run_time_ns, run_cnt) per program name as
@@ -71,6 +72,7 @@ impl Metrics {
             report_writes: Family::default(),
             source_available: Family::default(),
             source_failures: Family::default(),
+            pods_unresolved: Gauge::default(),
             bpf_run_time: Family::default(),
             bpf_run_count: Family::default(),
             bpf_last_seen: Mutex::new(HashMap::new()),
@@ -117,6 +119,11 @@ impl Metrics {
             m.source_failures.clone(),
         );
         registry.register(
+            "pods_unresolved",
+            "Running pods on this node with a container whose cgroup was not found (not enforced or observed there)",
+            m.pods_unresolved.clone(),
+        );
+        registry.register(
             "bpf_program_run_time_seconds",
             "Time the kernel spent running each BPF program (kernel.bpf_stats_enabled)",
             m.bpf_run_time.clone(),
@@ -127,6 +134,12 @@ impl Metrics {
             m.bpf_run_count.clone(),
         );
         Metrics { registry, ..m }
+    }
+
+    /// Sets how many running pods on this node have a container whose
+    /// cgroup was not found.
+    pub fn set_pods_unresolved(&self, pods: i64) {
+        self.pods_unresolved.set(pods);
     }
 
     /// `count` observations from `source` of `kind` entered the collector.

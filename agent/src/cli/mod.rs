@@ -1,5 +1,6 @@
 //! Command-line interface: global flags and one module per subcommand.
 
+pub mod cleanup;
 mod crd;
 mod probe;
 
@@ -44,6 +45,10 @@ pub enum Command {
     Probe(probe::ProbeArgs),
     /// Print the CustomResourceDefinitions generated from the API types.
     Crd(crd::CrdArgs),
+    /// Run the node daemon: watch policies and this node's pods, enforce, report.
+    Daemon(Box<crate::daemon::DaemonArgs>),
+    /// Remove every BPF pin the daemon left (uninstall), detaching its programs.
+    Cleanup(cleanup::CleanupArgs),
 }
 
 /// Installs the global `tracing` subscriber; logs go to stderr so that
@@ -53,6 +58,9 @@ pub fn init_logging(args: &LogArgs) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour only for a person at a terminal; a log file or a
+        // container log must stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match args.log_format {
         LogFormat::Plain => builder.init(),
@@ -65,5 +73,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Probe(args) => probe::run(args),
         Command::Crd(args) => crd::run(args),
+        Command::Daemon(args) => crate::daemon::run(*args),
+        Command::Cleanup(args) => cleanup::run(args),
     }
 }

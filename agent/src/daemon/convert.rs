@@ -1,0 +1,224 @@
+//! Translations at the daemon's edges: a RuntimePolicy's evaluation into
+//! the managers' inputs, a Pod into a pod the managers know, and the
+//! duration strings of flags and `evaluationInterval`.
+
+use k8s_openapi::api::core::v1::Pod;
+use kyverno_runtime_api::runtimepolicy::{PolicyBehavior, RuntimePolicyMode};
+use kyverno_runtime_enforce::openexec::{BehaviorLists, Mode};
+use kyverno_runtime_policy::compile::{EvaluatedBehavior, EvaluationResult};
+use kyverno_runtime_policy::values::{BehaviorKind, FieldPath};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The kernel's view of a mode. `None` (a spec that bypassed the API
+/// server's defaulting) programs nothing: it is neither enforce nor monitor.
+pub fn kernel_mode(mode: Option<RuntimePolicyMode>) -> Option<Mode> {
+    match mode? {
+        RuntimePolicyMode::Enforce => Some(Mode::Enforce),
+        RuntimePolicyMode::Monitor => Some(Mode::Monitor),
+    }
+}
+
+/// One behavior kind's lists, merged across every entry of that kind (a
+/// policy may spell one kind in several entries; the union is what it
+/// asks for). Rejections name the first entry's field.
+pub fn lists(result: &EvaluationResult, kind: BehaviorKind) -> Option<BehaviorLists> {
+    let mut entries = result.behaviors.iter().filter(|b| b.kind == kind);
+    let first = entries.next()?;
+    let mut merged = one(first);
+    for b in entries {
+        let next = one(b);
+        extend_unique(&mut merged.allow, next.allow);
+        if merged.deny == ["*"] || next.deny == ["*"] {
+            // The default deny dominates: "*" stands alone in a deny list.
+            merged.deny = vec!["*".to_string()];
+        } else {
+            extend_unique(&mut merged.deny, next.deny);
+        }
+    }
+    Some(merged)
+}
+
+fn one(b: &EvaluatedBehavior) -> BehaviorLists {
+    BehaviorLists {
+        field: FieldPath::spec()
+            .field("behaviors")
+            .index(b.index)
+            .field(b.kind.as_str()),
+        allow: b.allow.clone(),
+        deny: if b.default_deny {
+            vec!["*".to_string()]
+        } else {
+            b.deny.clone()
+        },
+    }
+}
+
+fn extend_unique(into: &mut Vec<String>, from: Vec<String>) {
+    for v in from {
+        if !into.contains(&v) {
+            into.push(v);
+        }
+    }
+}
+
+/// The behavior kinds of a spec that say something: a rule with literal
+/// values or a non-empty expression. Only these need a backend or an
+/// event source (an expression counts even when it evaluates to nothing,
+/// since the next evaluation may not).
+pub fn active_behaviors(behaviors: &[PolicyBehavior]) -> Vec<BehaviorKind> {
+    // The rule types differ per kind (each has its own value schema), so
+    // the test is spelled once as a macro rather than once per type.
+    macro_rules! says {
+        ($rule:expr) => {
+            $rule.as_ref().is_some_and(|r| {
+                r.literal_values().next().is_some()
+                    || r.expression
+                        .as_deref()
+                        .is_some_and(|e| !e.trim().is_empty())
+            })
+        };
+    }
+    let mut out = Vec::new();
+    for b in behaviors {
+        let (kind, says_something) = if let Some(x) = &b.network {
+            (BehaviorKind::Network, says!(x.allow) || says!(x.deny))
+        } else if let Some(x) = &b.exec {
+            (BehaviorKind::Exec, says!(x.allow) || says!(x.deny))
+        } else if let Some(x) = &b.open {
+            (BehaviorKind::Open, says!(x.allow) || says!(x.deny))
+        } else if let Some(x) = &b.protocol {
+            (BehaviorKind::Protocol, says!(x.allow) || says!(x.deny))
+        } else if let Some(x) = &b.dns {
+            (BehaviorKind::Dns, says!(x.allow) || says!(x.deny))
+        } else {
+            continue;
+        };
+        if says_something && !out.contains(&kind) {
+            out.push(kind);
+        }
+    }
+    out
+}
+
+/// Whether the pod is one the managers should hold: Running (the watch is
+/// already narrowed to this node). A pod that finished or has not started
+/// has no processes to govern.
+pub fn is_running(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Running")
+}
+
+/// A pod's labels (empty when it has none).
+pub fn labels(pod: &Pod) -> BTreeMap<String, String> {
+    pod.metadata.labels.clone().unwrap_or_default()
+}
+
+/// Parses a Go duration as Kubernetes writes one (`metav1.Duration`:
+/// `30s`, `1m30s`, `500ms`, `1.5h`), which is also what the flags take.
+/// Zero and negative durations are refused: an interval of zero would spin.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let text = s.trim();
+    if text.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("{text:?}: missing a unit (ns, us, ms, s, m, h)"))?;
+        if number_len == 0 {
+            return Err(format!("{text:?}: expected a number at {rest:?}"));
+        }
+        let number: f64 = rest[..number_len]
+            .parse()
+            .map_err(|_| format!("{text:?}: {:?} is not a number", &rest[..number_len]))?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            other => return Err(format!("{text:?}: unknown unit {other:?}")),
+        };
+        total += number * seconds;
+        rest = &rest[unit_len..];
+    }
+    // A day-long interval is already absurd; the bound keeps the float
+    // conversion below from ever overflowing.
+    if !(total > 0.0 && total <= 1e7) {
+        return Err(format!("{text:?}: must be positive and at most 10^7 s"));
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("30s", 30_000)]
+    #[case("1m30s", 90_000)]
+    #[case("500ms", 500)]
+    #[case("1.5h", 5_400_000)]
+    #[case(" 10s ", 10_000)]
+    fn durations(#[case] text: &str, #[case] millis: u128) {
+        assert_eq!(parse_duration(text).map(|d| d.as_millis()), Ok(millis));
+    }
+
+    #[rstest]
+    #[case("", "empty")]
+    #[case("10", "missing a unit")]
+    #[case("10x", "unknown unit")]
+    #[case("0s", "positive")]
+    #[case("s", "expected a number")]
+    #[case("1..2s", "not a number")]
+    #[case("99999999h", "at most")]
+    fn bad_durations(#[case] text: &str, #[case] message: &str) {
+        let err = parse_duration(text).err().unwrap_or_default();
+        assert!(err.contains(message), "{text:?}: {err}");
+    }
+
+    fn behavior(
+        index: usize,
+        kind: BehaviorKind,
+        allow: &[&str],
+        deny: &[&str],
+        star: bool,
+    ) -> EvaluatedBehavior {
+        EvaluatedBehavior {
+            index,
+            kind,
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+            default_deny: star,
+        }
+    }
+
+    #[test]
+    fn entries_of_one_kind_are_unioned_and_star_dominates() {
+        let result = EvaluationResult {
+            behaviors: vec![
+                behavior(0, BehaviorKind::Exec, &["/bin/a"], &["/bin/x"], false),
+                behavior(1, BehaviorKind::Open, &[], &["/etc/shadow"], false),
+                behavior(2, BehaviorKind::Exec, &["/bin/b", "/bin/a"], &[], true),
+            ],
+        };
+        let exec = lists(&result, BehaviorKind::Exec).unwrap_or_else(|| panic!("no exec"));
+        assert_eq!(exec.field.as_str(), "spec.behaviors[0].exec");
+        assert_eq!(exec.allow, ["/bin/a", "/bin/b"]);
+        assert_eq!(exec.deny, ["*"]);
+        let open = lists(&result, BehaviorKind::Open).unwrap_or_else(|| panic!("no open"));
+        assert_eq!(open.deny, ["/etc/shadow"]);
+        assert!(lists(&result, BehaviorKind::Network).is_none());
+    }
+}

@@ -1,0 +1,984 @@
+//! The engine: the one owner of the managers and of this node's picture of
+//! policies, namespaces and pods.
+//!
+//! Every watch event reaches it in order on one task, so the fan-out the
+//! specification gives (attribution learns a pod before anything asks about
+//! its events; a policy is compiled before the pods it selects arrive) is
+//! the order of the calls below rather than a property of locks. After each
+//! event the engine rewrites this node's report on every policy; the flush
+//! loop writes those reports on its own schedule.
+
+use super::convert::{self, kernel_mode};
+use super::monitor::{self, Verdict};
+use super::resolve::{CgroupResolver, PodCgroups};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kyverno_runtime_api::runtimepolicy::{
+    BehaviorBackend, EventSourceState, EventSourceStatus, NodePolicyStatus, RuntimePolicy,
+    RuntimePolicyMode, UnresolvedPod,
+};
+use kyverno_runtime_enforce::egress::{EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy};
+use kyverno_runtime_enforce::lsm::LsmEnforcer;
+use kyverno_runtime_enforce::openexec::{OpenExecManager, OpenExecPolicy, Pod as OpenExecPod};
+use kyverno_runtime_enforce::{CgroupId, Decision, PolicyId};
+use kyverno_runtime_metrics::{DropReason, Metrics};
+use kyverno_runtime_policy::compile::{CompiledPolicy, EvaluationResult};
+use kyverno_runtime_policy::selector::PodTarget;
+use kyverno_runtime_policy::values::BehaviorKind;
+use kyverno_runtime_report::{self as report, Finding, PodIdentity, ReporterHandle};
+use kyverno_runtime_status::{types, NodeReport, Reports};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// At most this many pods are named in a shard's `unresolvedPods`; the
+/// count beside it is exact.
+const UNRESOLVED_SHOWN: usize = 16;
+/// At most this many rejected values are named in a spec condition.
+const REJECTIONS_SHOWN: usize = 8;
+
+/// The open/exec manager over the kernel backend.
+pub type OpenExec = OpenExecManager<LsmEnforcer, LsmEnforcer>;
+/// The network manager over the kernel backend.
+pub type Egress = EgressManager<EgressEnforcer>;
+
+/// A backend slot: the loaded manager, or why there is none.
+pub enum Slot<M> {
+    /// Loaded and attached.
+    Ready(M),
+    /// Not available on this node, with the reason shown in status.
+    Unavailable(String),
+}
+
+impl<M> Slot<M> {
+    fn get(&mut self) -> Option<&mut M> {
+        match self {
+            Slot::Ready(m) => Some(m),
+            Slot::Unavailable(_) => None,
+        }
+    }
+
+    fn reason(&self) -> Option<&str> {
+        match self {
+            Slot::Ready(_) => None,
+            Slot::Unavailable(r) => Some(r),
+        }
+    }
+}
+
+struct PolicyState {
+    name: String,
+    uid: String,
+    /// `metadata.generation`: only a spec change bumps it, so status
+    /// writes (ours and other nodes') do not recompile the policy.
+    generation: Option<i64>,
+    mode: Option<RuntimePolicyMode>,
+    active: Vec<BehaviorKind>,
+    outcome: PolicyOutcome,
+    interval: Option<Duration>,
+    next_evaluation: Option<Instant>,
+    evaluated_at: Option<Time>,
+}
+
+enum PolicyOutcome {
+    /// The compiler refused it: Applied=False/CompileFailed, nothing
+    /// programmed.
+    CompileFailed(String),
+    /// Compiled; `evaluated` is the last successful evaluation (`None`
+    /// until one succeeds) and `evaluate_error` why the last one failed.
+    Compiled {
+        compiled: Box<CompiledPolicy>,
+        evaluated: Option<EvaluationResult>,
+        evaluate_error: Option<String>,
+    },
+}
+
+impl PolicyState {
+    fn target(&self) -> Option<&PodTarget> {
+        match &self.outcome {
+            PolicyOutcome::Compiled { compiled, .. } => Some(&compiled.target),
+            PolicyOutcome::CompileFailed(_) => None,
+        }
+    }
+}
+
+struct PodState {
+    namespace: String,
+    name: String,
+    labels: BTreeMap<String, String>,
+    /// The first ownerReference, as the pod claims it (unverified).
+    owner: Option<(String, String)>,
+    cgroups: PodCgroups,
+}
+
+/// What the engine is built from (the daemon's wiring site fills it).
+pub struct Parts {
+    /// This node's name.
+    pub node: String,
+    /// The shard's per-behavior backends.
+    pub backends: Vec<BehaviorBackend>,
+    /// The open/exec manager, or why there is none.
+    pub openexec: Slot<OpenExec>,
+    /// The network manager, or why there is none.
+    pub egress: Slot<Egress>,
+    /// Finds container cgroups.
+    pub resolver: CgroupResolver,
+    /// This node's status reports.
+    pub reports: Reports,
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+    /// Where findings go (`None` with `--reports-enabled=false`).
+    pub findings: Option<ReporterHandle>,
+}
+
+/// The engine; see the module docs.
+pub struct Engine {
+    node: String,
+    backends: Vec<BehaviorBackend>,
+    openexec: Slot<OpenExec>,
+    egress: Slot<Egress>,
+    resolver: CgroupResolver,
+    reports: Reports,
+    metrics: Arc<Metrics>,
+    /// Where findings go (`None` with `--reports-enabled=false`).
+    findings: Option<ReporterHandle>,
+    policies: BTreeMap<String, PolicyState>,
+    namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    pods: BTreeMap<String, PodState>,
+    /// Failures of backend calls since the policy's last successful
+    /// program, by policy uid, for the shard's message.
+    failures: BTreeMap<String, Vec<String>>,
+    /// Rejected values by policy uid, for the spec-level conditions.
+    rejections: BTreeMap<String, Rejections>,
+}
+
+#[derive(Default)]
+struct Rejections {
+    network: Vec<String>,
+    open: Vec<String>,
+    exec: Vec<String>,
+}
+
+impl Engine {
+    /// An engine over the loaded backends.
+    pub fn new(parts: Parts) -> Self {
+        let Parts {
+            node,
+            backends,
+            openexec,
+            egress,
+            resolver,
+            reports,
+            metrics,
+            findings,
+        } = parts;
+        Engine {
+            node,
+            backends,
+            openexec,
+            egress,
+            resolver,
+            reports,
+            metrics,
+            findings,
+            policies: BTreeMap::new(),
+            namespaces: BTreeMap::new(),
+            pods: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            rejections: BTreeMap::new(),
+        }
+    }
+
+    /// The names of the policies it knows (for a relist's deletions).
+    pub fn policy_names(&self) -> BTreeSet<String> {
+        self.policies.keys().cloned().collect()
+    }
+
+    /// The uids of the pods it holds.
+    pub fn pod_uids(&self) -> BTreeSet<String> {
+        self.pods.keys().cloned().collect()
+    }
+
+    /// The namespaces it knows.
+    pub fn namespace_names(&self) -> BTreeSet<String> {
+        self.namespaces.keys().cloned().collect()
+    }
+
+    // ---- policies -------------------------------------------------------------------
+
+    /// A policy was created or changed: compile, evaluate and program it.
+    pub fn apply_policy(&mut self, rp: &RuntimePolicy) {
+        let Some(name) = rp.metadata.name.clone() else {
+            return;
+        };
+        let Some(uid) = rp.metadata.uid.clone() else {
+            return;
+        };
+        let generation = rp.metadata.generation;
+        if let Some(old) = self.policies.get(&name) {
+            if old.uid == uid && generation.is_some() && old.generation == generation {
+                return;
+            }
+        }
+        let behaviors = rp.spec.behaviors.as_deref().unwrap_or_default();
+        let interval = rp.spec.evaluation_interval.as_deref().and_then(|s| {
+            match convert::parse_duration(s) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    // Admission validates the format; a value that slips
+                    // through means "no periodic re-evaluation", logged.
+                    tracing::warn!(policy = %name, error = %e, "spec.evaluationInterval ignored");
+                    None
+                }
+            }
+        });
+        let outcome = match CompiledPolicy::compile(&rp.spec) {
+            Ok(compiled) => PolicyOutcome::Compiled {
+                compiled: Box::new(compiled),
+                evaluated: None,
+                evaluate_error: None,
+            },
+            Err(errors) => {
+                let message = errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                tracing::warn!(policy = %name, %message, "policy did not compile");
+                PolicyOutcome::CompileFailed(message)
+            }
+        };
+        // A uid change is a delete and a re-create under the same name.
+        if let Some(old) = self.policies.get(&name) {
+            if old.uid != uid {
+                self.delete_policy(&name);
+            }
+        }
+        self.policies.insert(
+            name.clone(),
+            PolicyState {
+                name: name.clone(),
+                uid,
+                generation,
+                mode: rp.spec.mode,
+                active: convert::active_behaviors(behaviors),
+                outcome,
+                interval,
+                next_evaluation: None,
+                evaluated_at: None,
+            },
+        );
+        self.evaluate(&name);
+        self.refresh_reports();
+    }
+
+    /// A policy was deleted: unprogram it and stop reporting on it.
+    pub fn delete_policy(&mut self, name: &str) {
+        let Some(state) = self.policies.remove(name) else {
+            return;
+        };
+        if let Ok(id) = PolicyId::new(state.uid.clone()) {
+            let mut failures = Vec::new();
+            if let Some(m) = self.openexec.get() {
+                failures.extend(m.delete_policy(&id).iter().map(ToString::to_string));
+            }
+            if let Some(m) = self.egress.get() {
+                failures.extend(m.delete_policy(&id).iter().map(ToString::to_string));
+            }
+            for f in failures {
+                tracing::error!(policy = %name, failure = %f, "unprogramming a deleted policy failed");
+            }
+        }
+        self.failures.remove(&state.uid);
+        self.rejections.remove(&state.uid);
+        self.reports.remove(name);
+        self.refresh_reports();
+    }
+
+    /// Re-evaluates every policy whose `evaluationInterval` has come due.
+    pub fn evaluate_due(&mut self, now: Instant) {
+        let due: Vec<String> = self
+            .policies
+            .values()
+            .filter(|p| p.next_evaluation.is_some_and(|t| t <= now))
+            .map(|p| p.name.clone())
+            .collect();
+        for name in &due {
+            self.evaluate(name);
+        }
+        if !due.is_empty() {
+            self.refresh_reports();
+        }
+    }
+
+    /// The next time [`Engine::evaluate_due`] has work.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.policies
+            .values()
+            .filter_map(|p| p.next_evaluation)
+            .min()
+    }
+
+    fn evaluate(&mut self, name: &str) {
+        let Some(state) = self.policies.get_mut(name) else {
+            return;
+        };
+        state.next_evaluation = state.interval.map(|d| Instant::now() + d);
+        state.evaluated_at = Some(now());
+        let uid = state.uid.clone();
+        let PolicyOutcome::Compiled {
+            compiled,
+            evaluated,
+            evaluate_error,
+        } = &mut state.outcome
+        else {
+            return;
+        };
+        match compiled.evaluate() {
+            Ok(result) => {
+                *evaluated = Some(result);
+                *evaluate_error = None;
+            }
+            Err(errors) => {
+                // The last good lists stay programmed: a data source that
+                // fails for one interval must not drop enforcement.
+                let message = errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                tracing::warn!(policy = %name, %message, "policy evaluation failed");
+                *evaluate_error = Some(message);
+            }
+        }
+        let target = compiled.target.clone();
+        let Some(result) = evaluated.clone() else {
+            return;
+        };
+        let Some(mode) = kernel_mode(state.mode) else {
+            return;
+        };
+        let Ok(id) = PolicyId::new(uid.clone()) else {
+            return;
+        };
+        let mut failures = Vec::new();
+        let mut rejections = Rejections::default();
+        if let Some(m) = self.openexec.get() {
+            let outcome = m.upsert_policy(OpenExecPolicy {
+                id: id.clone(),
+                name: name.to_string(),
+                mode,
+                target: target.clone(),
+                open: convert::lists(&result, BehaviorKind::Open),
+                exec: convert::lists(&result, BehaviorKind::Exec),
+            });
+            for r in &outcome.rejections {
+                // The path names the side (`...open.deny`), which is how the
+                // two spec conditions are told apart.
+                if r.path.contains(".exec") {
+                    rejections.exec.push(r.to_string());
+                } else {
+                    rejections.open.push(r.to_string());
+                }
+            }
+            failures.extend(outcome.failures.iter().map(ToString::to_string));
+        }
+        if let Some(m) = self.egress.get() {
+            let outcome = m.upsert_policy(NetworkPolicy {
+                id,
+                name: name.to_string(),
+                mode,
+                target,
+                network: convert::lists(&result, BehaviorKind::Network),
+            });
+            rejections
+                .network
+                .extend(outcome.rejections.iter().map(ToString::to_string));
+            failures.extend(outcome.failures.iter().map(ToString::to_string));
+        }
+        for f in &failures {
+            tracing::error!(policy = %name, failure = %f, "programming the policy failed");
+        }
+        self.failures.insert(uid.clone(), failures);
+        self.rejections.insert(uid, rejections);
+    }
+
+    // ---- namespaces and pods --------------------------------------------------------
+
+    /// A namespace was created or relabeled: a relabel replays its pods, so
+    /// a `namespaceSelector` follows it.
+    pub fn apply_namespace(&mut self, ns: &Namespace) {
+        let Some(name) = ns.metadata.name.clone() else {
+            return;
+        };
+        let labels = ns.metadata.labels.clone().unwrap_or_default();
+        let changed = self.namespaces.get(&name) != Some(&labels);
+        self.namespaces.insert(name.clone(), labels);
+        if changed {
+            let uids: Vec<String> = self
+                .pods
+                .iter()
+                .filter(|(_, p)| p.namespace == name)
+                .map(|(uid, _)| uid.clone())
+                .collect();
+            for uid in uids {
+                self.program_pod(&uid);
+            }
+            self.refresh_reports();
+        }
+    }
+
+    /// A namespace is gone (its pods go with it through their own deletes).
+    pub fn delete_namespace(&mut self, name: &str) {
+        self.namespaces.remove(name);
+    }
+
+    /// A pod on this node was created or changed.
+    pub fn apply_pod(&mut self, pod: &Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        if !convert::is_running(pod) {
+            self.delete_pod(&uid);
+            return;
+        }
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        // Resolution is retried whenever the container statuses change, and
+        // on every update while incomplete: a cgroup that was not there yet
+        // may be now.
+        let cgroups = match self.pods.get(&uid) {
+            Some(old)
+                if old.cgroups.key == super::resolve::container_ids_key(pod)
+                    && old.cgroups.unresolved.is_empty() =>
+            {
+                old.cgroups.clone()
+            }
+            _ => self.resolver.resolve(pod),
+        };
+        for u in &cgroups.unresolved {
+            tracing::warn!(pod = %format!("{namespace}/{name}"), container = %u.container, reason = %u.reason, "container cgroup not resolved: nothing is enforced or observed for it");
+        }
+        let before = self
+            .pods
+            .get(&uid)
+            .map(|p| (p.labels.clone(), p.cgroups.ids()));
+        let owner = pod
+            .metadata
+            .owner_references
+            .as_ref()
+            .and_then(|o| o.first())
+            .map(|o| (o.kind.clone(), o.name.clone()));
+        let state = PodState {
+            namespace,
+            name,
+            labels: convert::labels(pod),
+            owner,
+            cgroups,
+        };
+        let unchanged = before.as_ref() == Some(&(state.labels.clone(), state.cgroups.ids()));
+        self.pods.insert(uid.clone(), state);
+        if !unchanged {
+            self.program_pod(&uid);
+        }
+        self.update_unresolved_metric();
+        self.refresh_reports();
+    }
+
+    /// A pod left this node (deleted, or no longer Running).
+    pub fn delete_pod(&mut self, uid: &str) {
+        if self.pods.remove(uid).is_none() {
+            return;
+        }
+        let mut failures = Vec::new();
+        if let Some(m) = self.openexec.get() {
+            failures.extend(m.delete_pod(uid).iter().map(ToString::to_string));
+        }
+        if let Some(m) = self.egress.get() {
+            failures.extend(m.delete_pod(uid).iter().map(ToString::to_string));
+        }
+        for f in failures {
+            tracing::error!(pod = %uid, failure = %f, "unbinding a departed pod failed");
+        }
+        self.update_unresolved_metric();
+        self.refresh_reports();
+    }
+
+    /// Hands a pod (as it is now, with its namespace's labels) to the
+    /// managers.
+    fn program_pod(&mut self, uid: &str) {
+        let Some(p) = self.pods.get(uid) else {
+            return;
+        };
+        let namespace_labels = self
+            .namespaces
+            .get(&p.namespace)
+            .cloned()
+            .unwrap_or_default();
+        let mut failures = Vec::new();
+        if let Some(m) = self.openexec.get() {
+            failures.extend(
+                m.upsert_pod(OpenExecPod {
+                    uid: uid.to_string(),
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    labels: p.labels.clone(),
+                    namespace_labels: namespace_labels.clone(),
+                    cgroups: p.cgroups.ids(),
+                })
+                .into_iter()
+                .map(|f| (f.policy.as_str().to_string(), f.to_string())),
+            );
+        }
+        if let Some(m) = self.egress.get() {
+            failures.extend(
+                m.upsert_pod(NetworkPod {
+                    uid: uid.to_string(),
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    labels: p.labels.clone(),
+                    namespace_labels,
+                    cgroups: p.cgroups.containers.clone(),
+                })
+                .into_iter()
+                .map(|f| (f.policy.as_str().to_string(), f.to_string())),
+            );
+        }
+        for (policy, f) in failures {
+            tracing::error!(pod = %uid, %policy, failure = %f, "binding a pod failed");
+            self.failures.entry(policy).or_default().push(f);
+        }
+    }
+
+    /// Pods the namespace watch has not delivered yet are matched against
+    /// no labels; the daemon syncs namespaces before pods, so this only
+    /// covers a namespace created after its first pod was seen.
+    fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
+        self.namespaces.get(namespace).cloned().unwrap_or_default()
+    }
+
+    fn update_unresolved_metric(&self) {
+        let n = self
+            .pods
+            .values()
+            .filter(|p| !p.cgroups.unresolved.is_empty())
+            .count();
+        self.metrics.set_pods_unresolved(n as i64);
+    }
+
+    /// Reconciles what a previous daemon left pinned, once policies and
+    /// pods have synced: anything held that no current policy wants is
+    /// removed.
+    pub fn reconcile_adopted(&mut self) {
+        if let Some(m) = self.openexec.get() {
+            for f in m.reconcile_adopted() {
+                tracing::error!(failure = %f, "reconciling adopted open/exec state failed");
+            }
+        }
+    }
+
+    // ---- observations ---------------------------------------------------------------
+
+    /// Drains the kernel counters and turns what they counted into
+    /// findings: a refusal the kernel made, on every enforce policy whose
+    /// own lists deny the target (`enforced`); an operation in a pod a
+    /// monitor policy selects, on every such policy whose lists would deny
+    /// it. Each observation is also counted by source and decision; one
+    /// that no pod or no policy explains is counted as dropped, never lost
+    /// silently.
+    pub fn drain(&mut self) {
+        let mut observed: Vec<(report::Behavior, CgroupId, Target, Decision, u64)> = Vec::new();
+        if let Slot::Ready(m) = &mut self.openexec {
+            let drained = m.drain();
+            for (behavior, obs) in drained.observations {
+                let (b, kind) = match behavior {
+                    kyverno_runtime_compat::Behavior::Exec => {
+                        (report::Behavior::Exec, BehaviorKind::Exec)
+                    }
+                    _ => (report::Behavior::Open, BehaviorKind::Open),
+                };
+                self.metrics.events_ingested(
+                    "openexec-observe",
+                    &format!("{kind}-{}", decision_label(obs.decision)),
+                    obs.count,
+                );
+                observed.push((
+                    b,
+                    obs.cgroup,
+                    Target::Path(obs.observed),
+                    obs.decision,
+                    obs.count,
+                ));
+            }
+            for (behavior, e) in drained.errors {
+                tracing::warn!(behavior = behavior.name(), error = %e, "draining open/exec counters failed");
+            }
+            match m.open_backend().run_stats() {
+                Ok(stats) => self.metrics.record_bpf_program_stats(
+                    stats
+                        .iter()
+                        .map(|s| (s.name.as_str(), s.run_time_ns, s.run_count)),
+                ),
+                Err(e) => tracing::debug!(error = %e, "BPF run statistics unavailable"),
+            }
+        }
+        if let Slot::Ready(m) = &mut self.egress {
+            match m.drain() {
+                Ok(observations) => {
+                    for obs in observations {
+                        let kind = format!("network-{}", decision_label(obs.decision));
+                        self.metrics
+                            .events_ingested("egress-observe", &kind, obs.count);
+                        observed.push((
+                            report::Behavior::Network,
+                            obs.cgroup,
+                            Target::Ip(obs.observed),
+                            obs.decision,
+                            obs.count,
+                        ));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "draining egress counters failed"),
+            }
+        }
+        let now = SystemTime::now();
+        for (behavior, cgroup, target, decision, count) in observed {
+            self.attribute(behavior, cgroup, &target, decision, count, now);
+        }
+    }
+
+    fn attribute(
+        &self,
+        behavior: report::Behavior,
+        cgroup: CgroupId,
+        target: &Target,
+        decision: Decision,
+        count: u64,
+        now: SystemTime,
+    ) {
+        let source = match behavior {
+            report::Behavior::Network => "egress-observe",
+            _ => "openexec-observe",
+        };
+        let kind = match behavior {
+            report::Behavior::Network => BehaviorKind::Network,
+            report::Behavior::Exec => BehaviorKind::Exec,
+            _ => BehaviorKind::Open,
+        };
+        let Some((uid, pod)) = self
+            .pods
+            .iter()
+            .find(|(_, p)| p.cgroups.containers.iter().any(|c| c.id == cgroup))
+        else {
+            self.metrics.attribution_miss();
+            self.metrics
+                .events_dropped(source, DropReason::unattributed, count);
+            return;
+        };
+        let kernel_refused = refused(decision);
+        if kernel_refused {
+            tracing::info!(behavior = behavior.as_str(), target = %target, pod = %format!("{}/{}", pod.namespace, pod.name), count, decision = decision_label(decision), "kernel refused");
+        }
+        let ns_labels = self.namespace_labels(&pod.namespace);
+        let mut explained = false;
+        for p in self.policies.values() {
+            let PolicyOutcome::Compiled {
+                compiled,
+                evaluated: Some(result),
+                ..
+            } = &p.outcome
+            else {
+                continue;
+            };
+            if !compiled.target.matches(&ns_labels, &pod.labels) {
+                continue;
+            }
+            let Some(lists) = convert::lists(result, kind) else {
+                continue;
+            };
+            let verdict = match target {
+                Target::Path(path) => monitor::judge_path(&lists, path),
+                Target::Ip(ip) => monitor::judge_ip(&lists, *ip),
+            };
+            let enforced = match p.mode {
+                Some(RuntimePolicyMode::Enforce) if kernel_refused && verdict.denies() => true,
+                Some(RuntimePolicyMode::Monitor) if verdict.denies() => false,
+                _ => continue,
+            };
+            explained |= enforced;
+            let Some(findings) = &self.findings else {
+                continue;
+            };
+            self.metrics.finding_emitted(&p.name, behavior.as_str());
+            findings.submit(Finding {
+                policy: p.name.clone(),
+                policy_uid: p.uid.clone(),
+                behavior,
+                pod: PodIdentity {
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    uid: uid.clone(),
+                    container: pod.cgroups.names.get(&cgroup).cloned(),
+                    owner_kind: pod.owner.as_ref().map(|o| o.0.clone()),
+                    owner_name: pod.owner.as_ref().map(|o| o.1.clone()),
+                },
+                target: target.to_string(),
+                enforced,
+                decision: match verdict {
+                    Verdict::DefaultDenied => Some(report::Decision::DefaultDenied),
+                    _ => Some(report::Decision::Denied),
+                },
+                count,
+                first_observed: now,
+                last_observed: now,
+            });
+        }
+        if kernel_refused && !explained {
+            // The kernel refused something no enforce policy we hold
+            // explains (a policy deleted since, or adopted pins).
+            self.metrics
+                .events_dropped(source, DropReason::unattributed_kernel_deny, count);
+        }
+    }
+
+    // ---- reports --------------------------------------------------------------------
+
+    /// Rewrites this node's report on every policy.
+    pub fn refresh_reports(&mut self) {
+        let names: Vec<String> = self.policies.keys().cloned().collect();
+        for name in names {
+            let report = self.report(&name);
+            if let Some(report) = report {
+                self.reports.set(name, report);
+            }
+        }
+    }
+
+    fn report(&self, name: &str) -> Option<NodeReport> {
+        let p = self.policies.get(name)?;
+        let mut shard = NodePolicyStatus {
+            node_name: self.node.clone(),
+            backends: self.backends.clone(),
+            last_evaluated_time: p.evaluated_at.clone(),
+            ..Default::default()
+        };
+        let active: Vec<String> = p.active.iter().map(|k| k.as_str().to_string()).collect();
+        if let PolicyOutcome::CompileFailed(message) = &p.outcome {
+            return Some(NodeReport {
+                shard,
+                spec_conditions: Vec::new(),
+                active_behaviors: active,
+                compile_error: Some(message.clone()),
+            });
+        }
+        let matched: Vec<(&String, &PodState)> = match p.target() {
+            Some(target) => self
+                .pods
+                .iter()
+                .filter(|(_, pod)| {
+                    target.matches(&self.namespace_labels(&pod.namespace), &pod.labels)
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        shard.pods_matched = Some(!matched.is_empty());
+
+        // Which of this policy's behaviors this node cannot serve, and why.
+        let mut missing: Vec<String> = Vec::new();
+        let monitor = p.mode == Some(RuntimePolicyMode::Monitor);
+        for kind in &p.active {
+            let gap = match kind {
+                BehaviorKind::Open | BehaviorKind::Exec => {
+                    self.openexec.reason().map(|r| format!("{kind}: {r}"))
+                }
+                BehaviorKind::Network => self.egress.reason().map(|r| format!("network: {r}")),
+                BehaviorKind::Protocol => {
+                    Some("protocol: the classifier is not wired into the daemon yet".to_string())
+                }
+                BehaviorKind::Dns => monitor.then(|| {
+                    "dns: the question observer is not wired into the daemon yet".to_string()
+                }),
+            };
+            missing.extend(gap);
+        }
+        if let Some(f) = self.failures.get(&p.uid) {
+            missing.extend(f.iter().cloned());
+        }
+        if let PolicyOutcome::Compiled {
+            evaluate_error: Some(e),
+            evaluated,
+            ..
+        } = &p.outcome
+        {
+            if evaluated.is_none() {
+                missing.push(format!("evaluation failed: {e}"));
+            }
+        }
+        let unresolved: Vec<UnresolvedPod> = matched
+            .iter()
+            .filter(|(_, pod)| !pod.cgroups.unresolved.is_empty())
+            .map(|(_, pod)| UnresolvedPod {
+                pod: format!("{}/{}", pod.namespace, pod.name),
+                containers: i32::try_from(pod.cgroups.unresolved.len()).unwrap_or(i32::MAX),
+                reason: pod
+                    .cgroups
+                    .unresolved
+                    .first()
+                    .map(|u| format!("{}: {}", u.container, u.reason))
+                    .unwrap_or_default(),
+            })
+            .collect();
+        if !unresolved.is_empty() {
+            missing.push(format!(
+                "{} matching pod(s) with containers whose cgroup was not found (first: {} {})",
+                unresolved.len(),
+                unresolved[0].pod,
+                unresolved[0].reason
+            ));
+        }
+        shard.unresolved_pod_count =
+            (!unresolved.is_empty()).then(|| i32::try_from(unresolved.len()).unwrap_or(i32::MAX));
+        shard.unresolved_pods = unresolved.into_iter().take(UNRESOLVED_SHOWN).collect();
+        let available = Some(missing.is_empty());
+        match p.mode {
+            Some(RuntimePolicyMode::Enforce) => shard.enforcement_available = available,
+            Some(RuntimePolicyMode::Monitor) => shard.observation_available = available,
+            None => {}
+        }
+        if !missing.is_empty() {
+            shard.message = Some(missing.join("; "));
+        }
+        if monitor {
+            shard.event_sources = self.event_sources(&p.active);
+        }
+        Some(NodeReport {
+            shard,
+            spec_conditions: self.spec_conditions(p),
+            active_behaviors: active,
+            compile_error: None,
+        })
+    }
+
+    /// The event sources a monitor policy's behaviors need, as this node
+    /// has them.
+    fn event_sources(&self, active: &[BehaviorKind]) -> Vec<EventSourceStatus> {
+        let mut names: BTreeSet<&str> = BTreeSet::new();
+        for kind in active {
+            names.extend(kyverno_runtime_status::required_sources(kind.as_str()));
+        }
+        names
+            .into_iter()
+            .map(|name| {
+                let failed = match name {
+                    "openexec-observe" => self.openexec.reason().map(str::to_string),
+                    "egress-observe" => self.egress.reason().map(str::to_string),
+                    other => Some(format!("{other} is not wired into the daemon yet")),
+                };
+                EventSourceStatus {
+                    name: name.to_string(),
+                    state: if failed.is_some() {
+                        EventSourceState::Failed
+                    } else {
+                        EventSourceState::Available
+                    },
+                    reason: failed.map(|r| bounded(&r, 256)),
+                }
+            })
+            .collect()
+    }
+
+    /// TargetsValid, OpenRulesValid and ExecRulesValid for the behaviors
+    /// the policy has: the same answer on every node.
+    fn spec_conditions(&self, p: &PolicyState) -> Vec<Condition> {
+        let empty = Rejections::default();
+        let r = self.rejections.get(&p.uid).unwrap_or(&empty);
+        let mut out = Vec::new();
+        for (kind, type_, list) in [
+            (BehaviorKind::Network, types::TARGETS_VALID, &r.network),
+            (BehaviorKind::Open, types::OPEN_RULES_VALID, &r.open),
+            (BehaviorKind::Exec, types::EXEC_RULES_VALID, &r.exec),
+        ] {
+            if !p.active.contains(&kind) {
+                continue;
+            }
+            let (status, reason, message) = if list.is_empty() {
+                ("True", "Valid", format!("every {kind} value is programmed"))
+            } else {
+                let mut shown: Vec<&str> = list
+                    .iter()
+                    .take(REJECTIONS_SHOWN)
+                    .map(String::as_str)
+                    .collect();
+                let more = list.len().saturating_sub(REJECTIONS_SHOWN);
+                let tail = if more > 0 {
+                    format!("; and {more} more")
+                } else {
+                    String::new()
+                };
+                shown.dedup();
+                (
+                    "False",
+                    "ValuesRejected",
+                    format!(
+                        "{} value(s) not programmed: {}{tail}",
+                        list.len(),
+                        shown.join("; ")
+                    ),
+                )
+            };
+            out.push(Condition {
+                type_: type_.to_string(),
+                status: status.to_string(),
+                reason: reason.to_string(),
+                message,
+                last_transition_time: p.evaluated_at.clone().unwrap_or_else(now),
+                observed_generation: None,
+            });
+        }
+        out
+    }
+}
+
+/// What the kernel counted an operation on.
+enum Target {
+    Path(String),
+    Ip(IpAddr),
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Path(p) => f.write_str(p),
+            Target::Ip(ip) => write!(f, "{ip}"),
+        }
+    }
+}
+
+fn refused(d: Decision) -> bool {
+    matches!(d, Decision::Denied | Decision::DefaultDenied)
+}
+
+fn decision_label(d: Decision) -> &'static str {
+    match d {
+        Decision::Denied => "denied",
+        Decision::DefaultDenied => "default-denied",
+        Decision::Allowed => "allowed",
+        Decision::Unmatched => "unmatched",
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

@@ -1,0 +1,522 @@
+//! `kyverno-runtime daemon`: the single wiring site.
+//!
+//! It probes the kernel, loads the backends the plan names, and joins every
+//! long-running part in one task group under the signal handler, the way
+//! the specification's `runDaemon` does:
+//!
+//! ```text
+//! metrics + /healthz (--metrics-addr)                    -> task
+//! ClusterWatcher (Nodes, own DaemonSet and pods)         -> task -> ClusterView
+//! FlushLoop (status shards, every --status-interval)     -> task (final flush on shutdown)
+//! engine: RuntimePolicy + Namespace watches, synced
+//!         -> then the Pod watch (spec.nodeName=NODE)     -> task
+//!         -> open/exec manager, egress manager, Reports
+//!         -> evaluationInterval re-evaluation, 10 s drains
+//! ```
+//!
+//! A fatal error in any task shuts the whole daemon down (non-zero exit),
+//! as does SIGTERM or SIGINT (zero exit, after a final status flush bounded
+//! by `--shutdown-timeout`). Pinned BPF state is left in place across a
+//! restart, and adopted and reconciled by the next start; it is removed
+//! only when the daemon finds at shutdown that its own DaemonSet is gone
+//! (an uninstall), or by `kyverno-runtime cleanup`.
+
+mod convert;
+mod engine;
+mod monitor;
+mod resolve;
+mod watches;
+
+use anyhow::Context as _;
+use clap::Args;
+use engine::{Engine, Slot};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use kube::api::Api;
+use kyverno_runtime_compat::{
+    derive_plan, Backend, Behavior, LiveHost, OpenExecBackend, Overrides, Plan, Prober,
+};
+use kyverno_runtime_enforce::egress::{EgressEnforcer, EgressManager};
+use kyverno_runtime_enforce::lsm;
+use kyverno_runtime_enforce::openexec::OpenExecManager;
+use kyverno_runtime_metrics::{Health, Metrics};
+use kyverno_runtime_status::{ClusterWatcher, FlushLoop, Placement, Reports, StatusWriter};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+pub use convert::parse_duration;
+
+/// Flags of `kyverno-runtime daemon`; each has an environment variable.
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// This node's name (the chart injects it from spec.nodeName).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// The namespace of the daemon's own DaemonSet (the chart injects it);
+    /// with --daemonset-name it tells status which nodes must report.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+    /// The daemon's own DaemonSet (the chart injects it).
+    #[arg(long, env = "DAEMONSET_NAME")]
+    pub daemonset_name: Option<String>,
+    /// Address of /metrics and /healthz; empty disables the endpoint (not
+    /// the counters).
+    #[arg(long, env = "KRT_METRICS_ADDR", default_value = ":9090")]
+    pub metrics_addr: String,
+    /// How often this node's status shards are written.
+    #[arg(long, env = "KRT_STATUS_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub status_interval: Duration,
+    /// How often the kernel counters are drained.
+    #[arg(long, env = "KRT_DRAIN_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub drain_interval: Duration,
+    /// bpffs directory where programs and maps are pinned so enforcement
+    /// survives a restart of the daemon.
+    #[arg(
+        long,
+        env = "KRT_PIN_DIR",
+        default_value = "/sys/fs/bpf/kyverno-runtime"
+    )]
+    pub pin_dir: PathBuf,
+    /// The cgroup v2 (or v1 fallback) root under which container cgroups
+    /// are found; by default the cgroup mount in /proc/self/mountinfo.
+    #[arg(long, env = "KRT_CGROUP_ROOT")]
+    pub cgroup_root: Option<PathBuf>,
+    /// Force the open/exec backend instead of the probe's choice: auto,
+    /// bpf_lsm, fmod_ret or none.
+    #[arg(long, env = "KRT_OPEN_EXEC", default_value = "auto", value_parser = parse_open_exec)]
+    pub open_exec: OpenExecBackend,
+    /// Turn on the kernel's BPF run-time statistics (a few ns per program
+    /// run) so /metrics reports the time spent in each program.
+    #[arg(long, env = "KRT_BPF_STATS")]
+    pub bpf_stats: bool,
+    /// Upper bound on the shutdown: the final status flush and cleanup.
+    #[arg(long, env = "KRT_SHUTDOWN_TIMEOUT", default_value = "8s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+    /// Write OpenReports Reports (the chart's daemon.reports.enabled).
+    #[arg(long, env = "KRT_REPORTS_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
+    pub reports_enabled: bool,
+    /// How often Reports are flushed.
+    #[arg(long, env = "KRT_REPORT_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub report_interval: Duration,
+    /// Emit Kubernetes Events (PolicyViolation, ...).
+    #[arg(long, env = "KRT_EVENTS_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub events_enabled: bool,
+    /// Stream findings to this collector (HOST:PORT) over mutual TLS.
+    #[arg(long, env = "KRT_PUSH_TARGET")]
+    pub push_target: Option<String>,
+    /// CA certificate for the push target.
+    #[arg(long, env = "KRT_PUSH_TLS_CA")]
+    pub push_tls_ca: Option<PathBuf>,
+    /// Client certificate for the push target.
+    #[arg(long, env = "KRT_PUSH_TLS_CERT")]
+    pub push_tls_cert: Option<PathBuf>,
+    /// Client key for the push target.
+    #[arg(long, env = "KRT_PUSH_TLS_KEY")]
+    pub push_tls_key: Option<PathBuf>,
+}
+
+fn parse_open_exec(s: &str) -> Result<OpenExecBackend, String> {
+    s.parse()
+        .map_err(|e: kyverno_runtime_compat::Error| e.to_string())
+}
+
+/// Parses `--metrics-addr`: empty is "no endpoint", `:PORT` is every
+/// address on PORT (as the Go original and the chart write it).
+fn metrics_addr(s: &str) -> anyhow::Result<Option<SocketAddr>> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let full = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_string()
+    };
+    full.parse()
+        .map(Some)
+        .with_context(|| format!("--metrics-addr {s:?} is not HOST:PORT or :PORT"))
+}
+
+/// Refuses what this build cannot do, before anything is loaded: a daemon
+/// that silently ignores a configured sink is worse than one that says so.
+fn refuse_unbuilt(args: &DaemonArgs) -> anyhow::Result<()> {
+    if args.push_target.is_some() {
+        anyhow::bail!("--push-target: the gRPC push sink is not part of this build yet; unset daemon.push.target");
+    }
+    if args.events_enabled {
+        anyhow::bail!("--events-enabled: Kubernetes Events are not part of this build yet; set daemon.events.enabled=false");
+    }
+    if args.node_name.trim().is_empty() {
+        anyhow::bail!("--node-name (NODE_NAME) is empty");
+    }
+    Ok(())
+}
+
+/// Runs the daemon until a signal or a fatal error.
+pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
+    refuse_unbuilt(&args)?;
+    let metrics_addr = metrics_addr(&args.metrics_addr)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run_async(args, metrics_addr))
+}
+
+/// What the kernel gave us: the plan and the two backends.
+struct Loaded {
+    plan: Plan,
+    openexec: Slot<engine::OpenExec>,
+    egress: Slot<engine::Egress>,
+    /// Why open/exec runs on another backend than the plan's, if it does.
+    fallback: Option<String>,
+}
+
+fn load_backends(args: &DaemonArgs) -> Loaded {
+    let overrides = Overrides {
+        open_exec: args.open_exec,
+    };
+    let measurements = Prober::new(LiveHost).measurements().clone();
+    let plan = derive_plan(&measurements, &overrides);
+    for behavior in Behavior::ALL {
+        let e = plan.entry(behavior);
+        tracing::info!(behavior = behavior.name(), backend = e.backend.id(), available = e.available, reason = %e.reason, "backend plan");
+    }
+    if args.bpf_stats {
+        if let Err(e) = kyverno_runtime_bpf::openexec::enable_bpf_stats(true) {
+            tracing::warn!(error = %e, "could not enable kernel.bpf_stats_enabled");
+        }
+    }
+    let open = plan.entry(Behavior::Open);
+    let mut fallback = None;
+    let openexec = if !open.available {
+        Slot::Unavailable(open.reason.clone())
+    } else {
+        let pins = args.pin_dir.join("openexec");
+        match on_bpffs(&args.pin_dir).and_then(|()| {
+            lsm::load_planned(open.backend, Some(&pins))
+                .map_err(|e| format!("loading {}: {e}", open.backend.id()))
+        }) {
+            Ok(loaded) => {
+                fallback = loaded.fallback.clone();
+                match OpenExecManager::new(loaded.open, loaded.exec) {
+                    Ok(m) => Slot::Ready(m),
+                    Err(e) => Slot::Unavailable(format!("reading the pinned open/exec state: {e}")),
+                }
+            }
+            Err(e) => Slot::Unavailable(e),
+        }
+    };
+    if let Slot::Unavailable(r) = &openexec {
+        tracing::error!(reason = %r, "open/exec enforcement is not available on this node");
+    }
+    let net = plan.entry(Behavior::Network);
+    let egress = if !net.available {
+        Slot::Unavailable(net.reason.clone())
+    } else {
+        match EgressEnforcer::load().and_then(EgressManager::new) {
+            Ok(m) => Slot::Ready(m),
+            Err(e) => Slot::Unavailable(format!("loading the egress filter: {e}")),
+        }
+    };
+    if let Slot::Unavailable(r) = &egress {
+        tracing::error!(reason = %r, "network enforcement is not available on this node");
+    }
+    Loaded {
+        plan,
+        openexec,
+        egress,
+        fallback,
+    }
+}
+
+/// Checks that `pin_dir` is (or would be created) on a bpffs. Pins on any
+/// other filesystem fail, and pins on a bpffs private to a container die
+/// with it; the chart therefore points at the host's, through PID 1's root.
+fn on_bpffs(pin_dir: &std::path::Path) -> Result<(), String> {
+    const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+    let existing = pin_dir
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(std::path::Path::new("/"));
+    let fs = nix::sys::statfs::statfs(existing).map_err(|e| {
+        format!(
+            "--pin-dir {}: statfs {}: {e}",
+            pin_dir.display(),
+            existing.display()
+        )
+    })?;
+    // The field's integer type differs between libcs; widen it.
+    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+    let magic = fs.filesystem_type().0 as i64;
+    if magic == BPF_FS_MAGIC {
+        Ok(())
+    } else {
+        Err(format!(
+            "--pin-dir {} is not on a bpffs ({} is not one): mount bpffs there, or in a container use the host's through /proc/1/root/sys/fs/bpf",
+            pin_dir.display(),
+            existing.display()
+        ))
+    }
+}
+
+async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow::Result<ExitCode> {
+    let loaded = load_backends(&args);
+    let mut backends = kyverno_runtime_status::backends(&loaded.plan);
+    if let Some(reason) = &loaded.fallback {
+        for b in backends
+            .iter_mut()
+            .filter(|b| b.behavior == "open" || b.behavior == "exec")
+        {
+            b.backend = Backend::FmodRet.id().to_string();
+            b.reason = Some(reason.clone());
+        }
+    }
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server (in-cluster config or KUBECONFIG)")?;
+
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::new(args.drain_interval.saturating_mul(3)));
+    let reports = Reports::new();
+    let resolver = resolve::CgroupResolver::new(args.cgroup_root.clone())
+        .context("finding the cgroup mount")?;
+    let reporter = args.reports_enabled.then(|| {
+        let (m1, m2) = (metrics.clone(), metrics.clone());
+        kyverno_runtime_report::Reporter::new(
+            client.clone(),
+            kyverno_runtime_report::ReporterOptions {
+                interval: args.report_interval,
+                on_drop: Some(Arc::new(move |reason, n| {
+                    use kyverno_runtime_metrics::DropReason as M;
+                    use kyverno_runtime_report::DropReason as R;
+                    let reason = match reason {
+                        R::BufferFull => M::buffer_full,
+                        R::Unattributed => M::unattributed,
+                        R::WriteFailed => M::write_failed,
+                        R::Shutdown => M::shutdown,
+                    };
+                    m1.events_dropped("reporter", reason, n);
+                })),
+                on_write: Some(Arc::new(move |result| {
+                    use kyverno_runtime_metrics::ReportWriteResult as M;
+                    use kyverno_runtime_report::WriteResult as R;
+                    match result {
+                        R::Created | R::Updated => m2.report_write(M::success),
+                        R::Conflict => m2.report_write(M::conflict),
+                        R::Error => m2.report_write(M::error),
+                        R::Unchanged => {}
+                    }
+                })),
+                ..Default::default()
+            },
+        )
+    });
+    if reporter.is_none() {
+        tracing::info!("--reports-enabled=false: findings are counted, not written");
+    }
+    let engine = Engine::new(engine::Parts {
+        node: args.node_name.clone(),
+        backends,
+        openexec: loaded.openexec,
+        egress: loaded.egress,
+        resolver,
+        reports: reports.clone(),
+        metrics: metrics.clone(),
+        findings: reporter.as_ref().map(|r| r.handle()),
+    });
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        // Resolves once shutdown is asked for (or the sender is gone).
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mut tasks: JoinSet<(&'static str, anyhow::Result<()>)> = JoinSet::new();
+
+    {
+        let (metrics, health, stop) = (metrics.clone(), health.clone(), stopped(stop_rx.clone()));
+        tasks.spawn(async move {
+            let r = kyverno_runtime_metrics::serve(
+                metrics_addr,
+                metrics,
+                health,
+                |addr| tracing::info!(%addr, "serving /metrics and /healthz"),
+                stop,
+            )
+            .await
+            .map_err(anyhow::Error::from);
+            ("metrics", r)
+        });
+    }
+
+    let placement = match (&args.pod_namespace, &args.daemonset_name) {
+        (Some(namespace), Some(daemonset)) => Some(Placement {
+            namespace: namespace.clone(),
+            daemonset: daemonset.clone(),
+            pod_selector: None,
+        }),
+        _ => {
+            tracing::warn!("POD_NAMESPACE or DAEMONSET_NAME unset: which nodes must report is unknown, so availability reads Unknown");
+            None
+        }
+    };
+    // Whether our DaemonSet was deleted, as its watch delivered it: by the
+    // time SIGTERM arrives on `helm uninstall` the RBAC objects may already
+    // be gone, so the answer must be known before, not asked after.
+    let uninstalling = Arc::new(AtomicBool::new(false));
+    if let Some(p) = placement.clone() {
+        let (client, flag, stop) = (
+            client.clone(),
+            uninstalling.clone(),
+            stopped(stop_rx.clone()),
+        );
+        tasks.spawn(async move {
+            tokio::select! {
+                () = watch_own_daemonset(client, p, flag) => ("daemonset watch", Err(anyhow::anyhow!("the DaemonSet watch ended"))),
+                () = stop => ("daemonset watch", Ok(())),
+            }
+        });
+    }
+    let view = match placement.clone() {
+        Some(p) => {
+            let (watcher, view) = ClusterWatcher::new(client.clone(), p);
+            let stop = stopped(stop_rx.clone());
+            tasks.spawn(async move {
+                tokio::select! {
+                    () = watcher.run() => ("cluster watcher", Err(anyhow::anyhow!("the cluster watch ended"))),
+                    () = stop => ("cluster watcher", Ok(())),
+                }
+            });
+            view
+        }
+        None => watch::channel(Default::default()).1,
+    };
+
+    {
+        let writer = StatusWriter::new(client.clone(), args.node_name.clone());
+        let flush = FlushLoop::new(writer, reports.clone(), view).interval(args.status_interval);
+        let stop = stopped(stop_rx.clone());
+        // The loop's final flush runs after `stop`; the shutdown deadline
+        // below bounds it when the API server is unreachable.
+        tasks.spawn(async move {
+            flush.run(stop).await;
+            ("status flush", Ok(()))
+        });
+    }
+
+    {
+        let watches = watches::Watches {
+            client: client.clone(),
+            node: args.node_name.clone(),
+            health: health.clone(),
+            drain_interval: args.drain_interval,
+        };
+        let stop = stopped(stop_rx.clone());
+        // The reporter stops after the engine: its final flush then holds
+        // the engine's final drain.
+        let (engine_done_tx, engine_done_rx) = watch::channel(false);
+        tasks.spawn(async move {
+            let r = watches.run(engine, stop).await;
+            let _ = engine_done_tx.send(true);
+            ("engine", r)
+        });
+        if let Some(reporter) = reporter {
+            tasks.spawn(async move {
+                reporter.run(stopped(engine_done_rx)).await;
+                ("reporter", Ok(()))
+            });
+        }
+    }
+
+    let mut exit = ExitCode::SUCCESS;
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        _ = sigterm.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        Some(joined) = tasks.join_next() => {
+            // Every task runs until shutdown: one that ends first is fatal,
+            // whatever it returned.
+            match joined {
+                Ok((name, Ok(()))) => tracing::error!(task = name, "a daemon task ended unexpectedly; shutting down"),
+                Ok((name, Err(e))) => tracing::error!(task = name, error = %format!("{e:#}"), "a daemon task failed; shutting down"),
+                Err(e) => tracing::error!(error = %e, "a daemon task panicked; shutting down"),
+            }
+            exit = ExitCode::FAILURE;
+        }
+    }
+    let started = tokio::time::Instant::now();
+    let _ = stop_tx.send(true);
+    let joined = tokio::time::timeout(args.shutdown_timeout, async {
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok((name, Err(e))) => tracing::warn!(task = name, error = %format!("{e:#}"), "task failed while stopping"),
+                Ok((name, Ok(()))) => tracing::debug!(task = name, "task stopped"),
+                Err(e) => tracing::warn!(error = %e, "task panicked while stopping"),
+            }
+        }
+    })
+    .await;
+    if joined.is_err() {
+        tracing::warn!(timeout = ?args.shutdown_timeout, "tasks still running at the shutdown deadline (the final status flush may be lost)");
+        tasks.abort_all();
+    }
+    if uninstalling.load(Ordering::SeqCst) {
+        match crate::cli::cleanup::remove_pins(&args.pin_dir) {
+            Ok(()) => {
+                tracing::info!(pin_dir = %args.pin_dir.display(), "DaemonSet deleted (uninstall): removed every pin")
+            }
+            Err(e) => {
+                tracing::error!(pin_dir = %args.pin_dir.display(), error = %e, "removing the pins failed")
+            }
+        }
+    } else {
+        tracing::info!(pin_dir = %args.pin_dir.display(), "pins kept for the next daemon to adopt");
+    }
+    tracing::info!(elapsed = ?started.elapsed(), "stopped");
+    Ok(exit)
+}
+
+/// Follows the daemon's own DaemonSet and raises `deleted` once it is gone
+/// or has a deletionTimestamp: that is an uninstall (`helm uninstall`
+/// deletes the DaemonSet, then its pods get SIGTERM), and nothing will adopt
+/// the pins, so the shutdown removes them. A rolling update or a drain
+/// leaves the DaemonSet in place and the pins stay for the next daemon. A
+/// watch that errors leaves the flag as it was: keeping enforcement in place
+/// is the safe mistake.
+async fn watch_own_daemonset(client: kube::Client, placement: Placement, deleted: Arc<AtomicBool>) {
+    use futures::StreamExt as _;
+    use kube::runtime::watcher::{self, Event};
+    use kube::runtime::WatchStreamExt as _;
+    let api: Api<DaemonSet> = Api::namespaced(client, &placement.namespace);
+    let config =
+        watcher::Config::default().fields(&format!("metadata.name={}", placement.daemonset));
+    let mut seen_in_list = false;
+    let stream = watcher::watcher(api, config).default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Init) => seen_in_list = false,
+            Ok(Event::InitApply(ds) | Event::Apply(ds)) => {
+                seen_in_list = true;
+                if ds.metadata.deletion_timestamp.is_some() {
+                    deleted.store(true, Ordering::SeqCst);
+                }
+            }
+            // A relist without it: it was deleted while the watch was down.
+            Ok(Event::InitDone) if !seen_in_list => deleted.store(true, Ordering::SeqCst),
+            Ok(Event::InitDone) => {}
+            Ok(Event::Delete(_)) => {
+                tracing::info!("the daemon's DaemonSet was deleted: the pins go at shutdown");
+                deleted.store(true, Ordering::SeqCst);
+            }
+            Err(e) => tracing::warn!(error = %e, "DaemonSet watch error (retrying)"),
+        }
+    }
+}

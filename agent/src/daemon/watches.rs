@@ -1,0 +1,208 @@
+//! The watches that feed the engine, in the order the specification asks:
+//! RuntimePolicies and Namespaces first; the Pod watch (this node only)
+//! starts once both have listed, so a new pod is matched against every
+//! known policy and its namespace's labels; pinned state is reconciled once
+//! pods have listed too.
+
+use super::engine::Engine;
+use futures::stream::{select_all, BoxStream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::ResourceExt;
+use kyverno_runtime_api::runtimepolicy::RuntimePolicy;
+use kyverno_runtime_metrics::Health;
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the engine task needs besides the engine.
+pub struct Watches {
+    /// The API client.
+    pub client: kube::Client,
+    /// This node (the Pod watch's field selector).
+    pub node: String,
+    /// Told when policies have synced and on every drain tick.
+    pub health: Arc<Health>,
+    /// How often the kernel counters are drained.
+    pub drain_interval: Duration,
+}
+
+// Boxed: a Pod is several times larger than the others, and every update
+// moves through the merged stream.
+enum Update {
+    Policy(Box<Event<RuntimePolicy>>),
+    Namespace(Box<Event<Namespace>>),
+    Pod(Box<Event<Pod>>),
+}
+
+/// A relist in progress: the keys it has delivered so far, so that keys
+/// the engine holds but the relist did not deliver are deleted at its end
+/// (a delete missed while the watch was down).
+#[derive(Default)]
+struct Relists {
+    policies: Option<BTreeSet<String>>,
+    namespaces: Option<BTreeSet<String>>,
+    pods: Option<BTreeSet<String>>,
+}
+
+#[derive(Default)]
+struct Synced {
+    policies: bool,
+    namespaces: bool,
+    pods: bool,
+    pod_watch_started: bool,
+}
+
+impl Watches {
+    /// Runs until `stop` completes; an error is fatal to the daemon.
+    pub async fn run(
+        self,
+        mut engine: Engine,
+        stop: impl Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        let policies = watcher::watcher(
+            Api::<RuntimePolicy>::all(self.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .map(|e| e.map(|e| Update::Policy(Box::new(e))))
+        .boxed();
+        let namespaces = watcher::watcher(
+            Api::<Namespace>::all(self.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .map(|e| e.map(|e| Update::Namespace(Box::new(e))))
+        .boxed();
+        let mut streams: futures::stream::SelectAll<BoxStream<'static, _>> =
+            select_all([policies, namespaces]);
+        let mut relists = Relists::default();
+        let mut synced = Synced::default();
+        let mut drain = tokio::time::interval(self.drain_interval);
+        drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(stop);
+        loop {
+            let due = engine.next_due().map(tokio::time::Instant::from_std);
+            tokio::select! {
+                () = &mut stop => {
+                    // What the kernel counted since the last tick goes to
+                    // the reporter's final flush.
+                    engine.drain();
+                    return Ok(());
+                }
+                item = streams.next() => match item {
+                    None => anyhow::bail!("every watch stream ended"),
+                    // kube-runtime's backoff retries; the error is worth a
+                    // line each time (a Forbidden here is an RBAC gap).
+                    Some(Err(e)) => tracing::warn!(error = %e, "watch error (retrying)"),
+                    Some(Ok(update)) => apply(&mut engine, &mut relists, &mut synced, update),
+                },
+                _ = drain.tick() => {
+                    engine.drain();
+                    self.health.collector_tick();
+                }
+                () = sleep_until(due), if due.is_some() => engine.evaluate_due(std::time::Instant::now()),
+            }
+            if synced.policies && synced.namespaces && !synced.pod_watch_started {
+                synced.pod_watch_started = true;
+                self.health.set_policies_synced();
+                tracing::info!("policies and namespaces listed; starting the pod watch");
+                let pods = watcher::watcher(
+                    Api::<Pod>::all(self.client.clone()),
+                    watcher::Config::default().fields(&format!("spec.nodeName={}", self.node)),
+                )
+                .default_backoff()
+                .map(|e| e.map(|e| Update::Pod(Box::new(e))))
+                .boxed();
+                streams.push(pods);
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn apply(engine: &mut Engine, relists: &mut Relists, synced: &mut Synced, update: Update) {
+    match update {
+        Update::Policy(event) => match *event {
+            Event::Init => relists.policies = Some(BTreeSet::new()),
+            Event::InitApply(rp) => {
+                relists
+                    .policies
+                    .get_or_insert_with(BTreeSet::new)
+                    .insert(rp.name_any());
+                engine.apply_policy(&rp);
+            }
+            Event::InitDone => {
+                let seen = relists.policies.take().unwrap_or_default();
+                for gone in engine.policy_names().difference(&seen) {
+                    engine.delete_policy(gone);
+                }
+                if !synced.policies {
+                    tracing::info!(policies = seen.len(), "RuntimePolicies listed");
+                }
+                synced.policies = true;
+            }
+            Event::Apply(rp) => engine.apply_policy(&rp),
+            Event::Delete(rp) => engine.delete_policy(&rp.name_any()),
+        },
+        Update::Namespace(event) => match *event {
+            Event::Init => relists.namespaces = Some(BTreeSet::new()),
+            Event::InitApply(ns) => {
+                relists
+                    .namespaces
+                    .get_or_insert_with(BTreeSet::new)
+                    .insert(ns.name_any());
+                engine.apply_namespace(&ns);
+            }
+            Event::InitDone => {
+                let seen = relists.namespaces.take().unwrap_or_default();
+                for gone in engine.namespace_names().difference(&seen) {
+                    engine.delete_namespace(gone);
+                }
+                synced.namespaces = true;
+            }
+            Event::Apply(ns) => engine.apply_namespace(&ns),
+            Event::Delete(ns) => engine.delete_namespace(&ns.name_any()),
+        },
+        Update::Pod(event) => match *event {
+            Event::Init => relists.pods = Some(BTreeSet::new()),
+            Event::InitApply(pod) => {
+                if let Some(uid) = pod.uid() {
+                    relists.pods.get_or_insert_with(BTreeSet::new).insert(uid);
+                }
+                engine.apply_pod(&pod);
+            }
+            Event::InitDone => {
+                let seen = relists.pods.take().unwrap_or_default();
+                for gone in engine.pod_uids().difference(&seen) {
+                    engine.delete_pod(gone);
+                }
+                if !synced.pods {
+                    // Everything current is known: what a previous daemon
+                    // left pinned and nobody wants any more goes now.
+                    tracing::info!(
+                        pods = seen.len(),
+                        "pods on this node listed; reconciling pinned state"
+                    );
+                    engine.reconcile_adopted();
+                }
+                synced.pods = true;
+            }
+            Event::Apply(pod) => engine.apply_pod(&pod),
+            Event::Delete(pod) => {
+                if let Some(uid) = pod.uid() {
+                    engine.delete_pod(&uid);
+                }
+            }
+        },
+    }
+}

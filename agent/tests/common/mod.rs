@@ -1,0 +1,258 @@
+//! Shared harness of the daemon tests: the daemon as a child process with
+//! its log captured, and the Kubernetes objects a kubelet and the
+//! controllers would write (there is only an API server here).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use kyverno_runtime_testkube::{repo_root, LocalCluster};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The local control plane, with every CRD the chart ships applied.
+pub fn cluster() -> &'static LocalCluster {
+    let cluster = LocalCluster::get().expect("local control plane (ci/kube-up)");
+    let out = Command::new(env!("CARGO_BIN_EXE_kyverno-runtime"))
+        .args(["crd", "--all"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    apply(cluster, &String::from_utf8(out.stdout).unwrap());
+    cluster
+        .kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/runtimepolicies.runtime.nirmata.io",
+            "crd/reports.openreports.io",
+        ])
+        .unwrap();
+    cluster
+}
+
+/// `kubectl apply --server-side` of a manifest.
+pub fn apply(cluster: &LocalCluster, manifest: &str) {
+    let mut child = cluster
+        .kubectl()
+        .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(manifest.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}\n{manifest}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A `kubectl get -o json` as a value.
+pub fn get_json(cluster: &LocalCluster, args: &[&str]) -> Option<serde_json::Value> {
+    let mut full = vec!["get", "-o", "json"];
+    full.extend_from_slice(args);
+    let out = cluster.kubectl_output(&full).unwrap();
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// Polls `f` until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A namespace with labels.
+pub fn namespace(cluster: &LocalCluster, name: &str, labels: &str) {
+    apply(
+        cluster,
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels: {{{labels}}}\n"
+        ),
+    );
+    // No kube-controller-manager creates it, and the ServiceAccount
+    // admission plugin refuses pods without it.
+    apply(
+        cluster,
+        &format!("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: default\n  namespace: {name}\n"),
+    );
+}
+
+/// Creates a pod bound to `node` and writes its status as a kubelet would:
+/// Running, with one container whose id is `container_id`.
+pub fn running_pod(
+    cluster: &LocalCluster,
+    namespace: &str,
+    name: &str,
+    node: &str,
+    labels: &str,
+    container_id: &str,
+) -> String {
+    apply(
+        cluster,
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {namespace}\n  labels: {{{labels}}}\nspec:\n  nodeName: {node}\n  containers:\n  - name: main\n    image: busybox\n"
+        ),
+    );
+    let status = serde_json::json!({"status": {
+        "phase": "Running",
+        "qosClass": "BestEffort",
+        "containerStatuses": [{
+            "name": "main", "ready": true, "restartCount": 0, "image": "busybox",
+            "imageID": "busybox@sha256:0", "containerID": container_id,
+            "state": {"running": {}}
+        }]
+    }});
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "pod",
+            name,
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ])
+        .unwrap();
+    get_json(cluster, &["pod", name, "-n", namespace]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The daemon as a child process, its stderr collected line by line.
+pub struct Daemon {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Daemon {
+    /// Starts `kyverno-runtime daemon ARGS` with `env` on top of ours.
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kyverno-runtime"));
+        cmd.arg("daemon")
+            .args(args)
+            .env("KRT_LOG", "info,kyverno_runtime=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if std::env::var_os("KRT_VERBOSE").is_some() {
+                    eprintln!("daemon| {line}");
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Daemon { child, log }
+    }
+
+    /// A copy of the log so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until a log line contains `needle`.
+    pub fn wait_log(&mut self, needle: &str, timeout: Duration) {
+        let start = Instant::now();
+        loop {
+            if self.log().iter().any(|l| l.contains(needle)) {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "the daemon exited ({status}) before logging {needle:?}:\n{}",
+                    self.log().join("\n")
+                );
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "no {needle:?} in the daemon's log after {timeout:?}:\n{}",
+                self.log().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends SIGTERM and waits (up to `timeout`) for the exit.
+    pub fn terminate(mut self, timeout: Duration) -> (ExitStatus, Duration, Vec<String>) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        let start = Instant::now();
+        // kill(1) rather than kill(2), which keeps the tests free of unsafe.
+        let ok = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the reader thread collect the last lines.
+                std::thread::sleep(Duration::from_millis(100));
+                return (status, start.elapsed(), self.log());
+            }
+            if start.elapsed() > timeout {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "the daemon did not exit within {timeout:?} of SIGTERM:\n{}",
+                    self.log().join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // A test that failed half-way must not leave its daemon running.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A fresh temporary directory for one test.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    repo_root()
+}
+
+/// Writes `text` to `dir/name` and returns the path.
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}

@@ -1,0 +1,191 @@
+//! Tier 3: the daemon binary against the real local API server (ci/kube-up).
+//!
+//! It runs on the host, where open/exec enforcement is refused by the
+//! kernel (MACHINE.md), so these tests are about the daemon's wiring:
+//! watches, status shards, shutdown, cgroup resolution reporting. The
+//! kernel side is proven in the VM tier.
+#![cfg(feature = "kube-tests")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+fn policy(name: &str, app: &str) -> String {
+    format!(
+        "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: {name}\nspec:\n  mode: enforce\n  podSelector: {{matchLabels: {{app: {app}}}}}\n  behaviors:\n  - exec: {{deny: {{values: [\"/usr/bin/curl\"]}}}}\n  - network: {{deny: {{values: [\"10.0.0.0/8\"]}}}}\n"
+    )
+}
+
+fn shard<'a>(rp: &'a serde_json::Value, node: &str) -> Option<&'a serde_json::Value> {
+    rp["status"]["nodes"]
+        .as_array()?
+        .iter()
+        .find(|s| s["nodeName"] == node)
+}
+
+/// SIGTERM while policies are still arriving: the daemon writes its final
+/// status shards and exits 0 within 10 s. The status interval is an hour,
+/// so every shard found afterwards was written by the final flush.
+#[test]
+fn sigterm_during_load_flushes_status_and_exits_within_10s() {
+    let cluster = cluster();
+    let node = "sigterm-node";
+    let names: Vec<String> = (0..40).map(|i| format!("sigterm-{i:02}")).collect();
+    for name in &names[..20] {
+        apply(cluster, &policy(name, "web"));
+    }
+    let dir = tempdir();
+    let pins = dir.path().join("pins");
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            "",
+            "--status-interval",
+            "1h",
+            "--pin-dir",
+            pins.to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", node),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_log("pods on this node listed", Duration::from_secs(30));
+    // Load: the other half lands while the daemon is shutting down.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let more = names[20..].to_vec();
+    let applier = std::thread::spawn(move || {
+        for (i, name) in more.iter().enumerate() {
+            apply(cluster, &policy(name, "web"));
+            if i == 4 {
+                tx.send(()).unwrap();
+            }
+        }
+    });
+    rx.recv().unwrap();
+    let (status, took, log) = daemon.terminate(Duration::from_secs(15));
+    applier.join().unwrap();
+    println!("exit {status} after {took:?}");
+    assert!(
+        status.success(),
+        "exit status {status}:\n{}",
+        log.join("\n")
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?} to stop");
+    for name in &names[..20] {
+        let rp = get_json(cluster, &["rpol", name]).unwrap();
+        let s = shard(&rp, node)
+            .unwrap_or_else(|| panic!("{name}: no shard for {node} after shutdown: {rp}"));
+        assert_eq!(s["enforcementAvailable"], false, "{name}: {s}");
+        assert!(s["message"].as_str().unwrap().contains("exec:"), "{s}");
+    }
+    for name in &names {
+        cluster
+            .kubectl_ok(&["delete", "rpol", name, "--wait=false"])
+            .unwrap();
+    }
+}
+
+/// A Running pod whose container cgroup cannot be found is reported: in
+/// the shard of every policy selecting it (count and name) and in the
+/// pods_unresolved metric. Found again once its status changes to a
+/// container that exists.
+#[test]
+fn an_unresolvable_container_is_reported_in_the_shard_and_the_metric() {
+    let cluster = cluster();
+    let node = "unresolved-node";
+    let ns = "unresolved-ns";
+    namespace(cluster, ns, "team: a");
+    apply(cluster, &policy("unresolved-policy", "lost"));
+    let dir = tempdir();
+    let cgroot = dir.path().join("cgroup");
+    std::fs::create_dir_all(cgroot.join("kubepods")).unwrap();
+    // Marks the directory as a cgroup v2 root, which is what gives
+    // containers a cgroup id.
+    std::fs::write(cgroot.join("cgroup.controllers"), "cpu memory\n").unwrap();
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            "127.0.0.1:19391",
+            "--status-interval",
+            "1s",
+            "--pin-dir",
+            dir.path().join("pins").to_str().unwrap(),
+            "--cgroup-root",
+            cgroot.to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", node),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_log("pods on this node listed", Duration::from_secs(30));
+    let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let uid = running_pod(
+        cluster,
+        ns,
+        "lost-pod",
+        node,
+        "app: lost",
+        &format!("containerd://{id}"),
+    );
+    let s = wait_for(
+        "the unresolved pod in the shard",
+        Duration::from_secs(20),
+        || {
+            let rp = get_json(cluster, &["rpol", "unresolved-policy"])?;
+            let s = shard(&rp, node)?.clone();
+            (s["unresolvedPodCount"] == 1).then_some(s)
+        },
+    );
+    println!("shard: {s}");
+    assert_eq!(s["unresolvedPods"][0]["pod"], format!("{ns}/lost-pod"));
+    assert_eq!(s["unresolvedPods"][0]["containers"], 1);
+    assert_eq!(s["podsMatched"], true);
+    let metric = wait_for("pods_unresolved 1", Duration::from_secs(10), || {
+        let body = http_get("127.0.0.1:19391", "/metrics")?;
+        body.lines()
+            .find(|l| l.starts_with("nirmata_runtime_pods_unresolved "))
+            .filter(|l| l.ends_with(" 1"))
+            .map(str::to_string)
+    });
+    println!("{metric}");
+    // The kubelet reports the container's cgroup now exists: resolved.
+    let pod_dir = cgroot.join(format!("kubepods/besteffort/pod{uid}/{id}"));
+    std::fs::create_dir_all(&pod_dir).unwrap();
+    cluster
+        .kubectl_ok(&["label", "pod", "lost-pod", "-n", ns, "touched=yes"])
+        .unwrap();
+    wait_for("the pod resolved", Duration::from_secs(20), || {
+        let rp = get_json(cluster, &["rpol", "unresolved-policy"])?;
+        let s = shard(&rp, node)?;
+        s.get("unresolvedPodCount").is_none().then_some(())
+    });
+    wait_for("pods_unresolved 0", Duration::from_secs(10), || {
+        let body = http_get("127.0.0.1:19391", "/metrics")?;
+        body.lines()
+            .any(|l| l == "nirmata_runtime_pods_unresolved 0")
+            .then_some(())
+    });
+    let (status, _, _) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success());
+    cluster
+        .kubectl_ok(&["delete", "ns", ns, "--wait=false"])
+        .unwrap();
+    cluster
+        .kubectl_ok(&["delete", "rpol", "unresolved-policy"])
+        .unwrap();
+}
+
+/// A minimal HTTP/1.0 GET over loopback (no client crate for one request).
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+}
