@@ -189,3 +189,41 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     s.read_to_string(&mut body).ok()?;
     body.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
 }
+
+/// A component that fails is fatal: with its metrics port taken, the
+/// daemon stops every task and exits non-zero, naming the failure, rather
+/// than running without the endpoint its liveness probe needs.
+#[test]
+fn a_failing_component_shuts_the_daemon_down() {
+    let cluster = cluster();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempdir();
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            &addr,
+            "--pin-dir",
+            dir.path().join("pins").to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", "fatal-node"),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    let status = daemon.wait_exit(Duration::from_secs(30));
+    let log = daemon.log().join("\n");
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("a daemon task failed") && log.contains(&addr),
+        "{log}"
+    );
+    println!(
+        "{}",
+        daemon
+            .log()
+            .iter()
+            .find(|l| l.contains("a daemon task failed"))
+            .unwrap()
+    );
+}

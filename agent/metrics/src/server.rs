@@ -13,7 +13,7 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The address could not be bound.
-    #[error("binding the metrics endpoint to {addr}: {source}")]
+    #[error("binding the metrics endpoint to {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -21,7 +21,7 @@ pub enum ServeError {
         source: std::io::Error,
     },
     /// The server failed while running.
-    #[error("serving metrics: {0}")]
+    #[error("serving metrics")]
     Serve(#[source] std::io::Error),
 }
 

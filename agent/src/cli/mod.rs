@@ -77,3 +77,33 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cleanup(args) => cleanup::run(args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every daemon flag can be set from the environment (a DaemonSet's
+    /// env or a systemd unit), and says so in `--help`.
+    #[test]
+    fn every_daemon_flag_has_an_environment_variable() {
+        let cmd = Cli::command();
+        let daemon = cmd
+            .find_subcommand("daemon")
+            .unwrap_or_else(|| panic!("no daemon subcommand"));
+        let mut checked = 0;
+        for arg in daemon.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") {
+                continue;
+            }
+            assert!(
+                arg.get_env().is_some(),
+                "--{id} has no environment variable"
+            );
+            assert!(arg.get_help().is_some(), "--{id} has no help text");
+            checked += 1;
+        }
+        assert!(checked >= 15, "only {checked} flags checked");
+    }
+}

@@ -201,6 +201,23 @@ impl Daemon {
         }
     }
 
+    /// Waits for the daemon to exit on its own.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(100));
+                return status;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "the daemon still runs after {timeout:?}:\n{}",
+                self.log().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Sends SIGTERM and waits (up to `timeout`) for the exit.
     pub fn terminate(mut self, timeout: Duration) -> (ExitStatus, Duration, Vec<String>) {
         let pid = i32::try_from(self.child.id()).unwrap();
