@@ -578,7 +578,7 @@ where
                 Dimension::Open => policy.open.as_ref(),
                 Dimension::Exec => policy.exec.as_ref(),
             };
-            let (program, rejected) = compile(policy.mode, lists);
+            let (program, rejected) = compile_paths(policy.mode, lists);
             programs[dim.index()] = program;
             rejections.extend(rejected);
         }
@@ -908,14 +908,15 @@ where
     }
 }
 
-/// Compiles one behavior's lists for `mode`: the program (none when there
-/// is nothing to hold) and the values refused.
+/// Compiles one `open` or `exec` behavior's lists for `mode`: the program
+/// (none when there is nothing to hold) and the values refused. The
+/// manager programs exactly this; `kyverno-runtime policy check` prints it.
 ///
 /// Monitor mode parses the values too (their rejections belong on the
 /// status either way) but programs [`Program::Observe`], which holds none.
 /// Enforce mode with nothing left to enforce programs nothing, so it takes
 /// no slot.
-fn compile(
+pub fn compile_paths(
     mode: Mode,
     lists: Option<&BehaviorLists>,
 ) -> (Option<Program<AbsPath>>, Vec<Rejection>) {

@@ -2,6 +2,7 @@
 
 pub mod cleanup;
 mod crd;
+mod policy;
 mod probe;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -49,6 +50,8 @@ pub enum Command {
     Daemon(Box<crate::daemon::DaemonArgs>),
     /// Remove every BPF pin the daemon left (uninstall), detaching its programs.
     Cleanup(cleanup::CleanupArgs),
+    /// Check RuntimePolicy files offline: the lists the daemon would program, or every error.
+    Policy(policy::PolicyArgs),
 }
 
 /// Installs the global `tracing` subscriber; logs go to stderr so that
@@ -75,6 +78,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Crd(args) => crd::run(args),
         Command::Daemon(args) => crate::daemon::run(*args),
         Command::Cleanup(args) => cleanup::run(args),
+        Command::Policy(args) => policy::run(args),
     }
 }
 

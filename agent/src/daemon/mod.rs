@@ -21,7 +21,7 @@
 //! only when the daemon finds at shutdown that its own DaemonSet is gone
 //! (an uninstall), or by `kyverno-runtime cleanup`.
 
-mod convert;
+pub(crate) mod convert;
 mod engine;
 mod monitor;
 mod resolve;

@@ -1,0 +1,169 @@
+//! `kyverno-runtime policy check FILE...`: the daemon's answer, offline.
+//!
+//! Each RuntimePolicy in the files (YAML, several documents per file) is
+//! compiled and evaluated by the same code the daemon runs, and each
+//! behavior's lists are parsed by the same functions the kernel backends
+//! program from. It prints, per behavior, what would be allowed and denied
+//! and every value or expression refused with its field path, and exits
+//! non-zero if anything was refused: what `kubectl apply` followed by a
+//! look at the status would say, before the apply.
+
+use crate::daemon::convert;
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use kyverno_runtime_api::runtimepolicy::RuntimePolicy;
+use kyverno_runtime_enforce::egress::compile_network;
+use kyverno_runtime_enforce::openexec::{compile_paths, Mode};
+use kyverno_runtime_policy::compile::CompiledPolicy;
+use kyverno_runtime_policy::values::{parse_dns, parse_protocol, BehaviorKind, ValueError};
+use serde::Deserialize as _;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `kyverno-runtime policy ...`.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    command: PolicyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Compile and evaluate policies offline and print each behavior's
+    /// resulting lists, or every error with its field path.
+    Check {
+        /// RuntimePolicy YAML files (`-` for stdin); several documents per file.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+/// Runs the subcommand.
+pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
+    let PolicyCommand::Check { files } = args.command;
+    let mut failed = 0usize;
+    let mut checked = 0usize;
+    for file in &files {
+        let text = if file.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin()).context("reading stdin")?
+        } else {
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+        };
+        for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let value = match serde_yaml::Value::deserialize(doc) {
+                Ok(serde_yaml::Value::Null) => continue,
+                Ok(v) => v,
+                Err(e) => {
+                    println!("{}: document {}: not YAML: {e}", file.display(), i + 1);
+                    failed += 1;
+                    continue;
+                }
+            };
+            checked += 1;
+            let (out, ok) = check_document(value);
+            print!("{}: {out}", file.display());
+            if !ok {
+                failed += 1;
+            }
+        }
+    }
+    println!(
+        "{checked} polic{} checked, {failed} with errors",
+        if checked == 1 { "y" } else { "ies" }
+    );
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// One document's report and whether it is clean.
+fn check_document(value: serde_yaml::Value) -> (String, bool) {
+    let rp: RuntimePolicy = match serde_yaml::from_value(value) {
+        Ok(rp) => rp,
+        Err(e) => return (format!("not a RuntimePolicy: {e}\n"), false),
+    };
+    let name = rp
+        .metadata
+        .name
+        .clone()
+        .unwrap_or_else(|| "(unnamed)".into());
+    // What the API server's defaulting does: an omitted mode is monitor.
+    let mode = rp.spec.mode.unwrap_or_default();
+    let mut out = format!("policy {name} (mode {})\n", mode.as_str());
+    let compiled = match CompiledPolicy::compile(&rp.spec) {
+        Ok(c) => c,
+        Err(errors) => {
+            for e in errors {
+                let _ = writeln!(out, "  error: {e}");
+            }
+            return (out, false);
+        }
+    };
+    let result = match compiled.evaluate() {
+        Ok(r) => r,
+        Err(errors) => {
+            for e in errors {
+                let _ = writeln!(out, "  error: {e}");
+            }
+            return (out, false);
+        }
+    };
+    let kernel_mode = convert::kernel_mode(Some(mode)).unwrap_or(Mode::Monitor);
+    let mut ok = true;
+    for kind in BehaviorKind::ALL {
+        let Some(lists) = convert::lists(&result, kind) else {
+            continue;
+        };
+        let rejected: Vec<String> = match kind {
+            BehaviorKind::Network => compile_network(kernel_mode, Some(&lists))
+                .1
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            BehaviorKind::Open | BehaviorKind::Exec => compile_paths(kernel_mode, Some(&lists))
+                .1
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            BehaviorKind::Protocol => parse_each(&lists, |v, at| parse_protocol(v, at).map(drop)),
+            BehaviorKind::Dns => parse_each(&lists, |v, at| parse_dns(v, at).map(drop)),
+        };
+        let show = |v: &[String]| {
+            if v.is_empty() {
+                "(none)".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        let _ = writeln!(out, "  {}", lists.field.as_str());
+        let _ = writeln!(out, "    allow: {}", show(&lists.allow));
+        let _ = writeln!(out, "    deny:  {}", show(&lists.deny));
+        for r in &rejected {
+            let _ = writeln!(out, "    error: {r}");
+        }
+        ok &= rejected.is_empty();
+    }
+    if ok {
+        out.push_str("  ok\n");
+    }
+    (out, ok)
+}
+
+fn parse_each(
+    lists: &kyverno_runtime_enforce::openexec::BehaviorLists,
+    parse: impl Fn(&str, &kyverno_runtime_policy::values::FieldPath) -> Result<(), ValueError>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (side, values) in [("allow", &lists.allow), ("deny", &lists.deny)] {
+        let at = lists.field.field(side);
+        for v in values {
+            if let Err(e) = parse(v, &at) {
+                out.push(e.to_string());
+            }
+        }
+    }
+    out
+}
