@@ -1,3 +1,5 @@
 //! x
 #[allow(missing_docs)]
-pub mod wire { tonic::include_proto!("kyverno_runtime.push.v1"); }
+pub mod wire {
+    tonic::include_proto!("kyverno_runtime.push.v1");
+}

@@ -982,3 +982,155 @@ fn bounded(s: &str, max: usize) -> String {
     }
     format!("{}…", &s[..end])
 }
+
+#[cfg(test)]
+mod tests {
+    //! The engine's bookkeeping with no kernel backend (both slots
+    //! unavailable): what it reports, when it re-evaluates, what it skips.
+    use super::*;
+    use kyverno_runtime_api::runtimepolicy::RuntimePolicySpec;
+
+    fn engine() -> (Engine, Reports, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let reports = Reports::new();
+        let resolver =
+            CgroupResolver::new(Some(dir.path().to_path_buf())).unwrap_or_else(|e| panic!("{e}"));
+        let engine = Engine::new(Parts {
+            node: "n1".into(),
+            backends: Vec::new(),
+            openexec: Slot::Unavailable("no LSM here".into()),
+            egress: Slot::Unavailable("no cgroup v2 here".into()),
+            resolver,
+            reports: reports.clone(),
+            metrics: Arc::new(Metrics::new()),
+            findings: None,
+        });
+        (engine, reports, dir)
+    }
+
+    fn policy(name: &str, generation: i64, spec: serde_json::Value) -> RuntimePolicy {
+        let spec: RuntimePolicySpec =
+            serde_json::from_value(spec).unwrap_or_else(|e| panic!("{e}"));
+        let mut rp = RuntimePolicy::new(name, spec);
+        rp.metadata.uid = Some(format!("uid-{name}"));
+        rp.metadata.generation = Some(generation);
+        rp
+    }
+
+    fn pod(ns: &str, name: &str, labels: &[(&str, &str)]) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
+                         "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn namespace(name: &str, labels: &[(&str, &str)]) -> Namespace {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name,
+                         "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn report(reports: &Reports, name: &str) -> NodeReport {
+        reports
+            .snapshot()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, r)| r)
+            .unwrap_or_else(|| panic!("no report for {name}"))
+    }
+
+    #[test]
+    fn an_unavailable_backend_is_reported_with_its_reason() {
+        let (mut e, reports, _dir) = engine();
+        e.apply_policy(&policy(
+            "p",
+            1,
+            serde_json::json!({"mode": "enforce", "podSelector": {},
+            "behaviors": [{"exec": {"deny": {"values": ["/bin/sh"]}}}]}),
+        ));
+        let r = report(&reports, "p");
+        assert_eq!(r.shard.enforcement_available, Some(false));
+        assert_eq!(r.shard.message.as_deref(), Some("exec: no LSM here"));
+        assert_eq!(r.shard.pods_matched, Some(false));
+        assert_eq!(r.active_behaviors, ["exec"]);
+    }
+
+    #[test]
+    fn a_compile_failure_is_reported_and_programs_nothing() {
+        let (mut e, reports, _dir) = engine();
+        e.apply_policy(&policy(
+            "bad",
+            1,
+            serde_json::json!({"mode": "monitor",
+            "behaviors": [{"open": {"deny": {"expression": "1 + 2"}}}]}),
+        ));
+        let r = report(&reports, "bad");
+        let message = r.compile_error.unwrap_or_default();
+        assert!(
+            message.contains("spec.behaviors[0].open.deny.expression"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn pods_matched_follows_pods_and_namespace_relabels() {
+        let (mut e, reports, _dir) = engine();
+        e.apply_namespace(&namespace("a", &[]));
+        e.apply_policy(&policy(
+            "p",
+            1,
+            serde_json::json!({"mode": "monitor",
+            "namespaceSelector": {"matchLabels": {"team": "x"}},
+            "behaviors": [{"network": {"deny": {"values": ["10.0.0.0/8"]}}}]}),
+        ));
+        e.apply_pod(&pod("a", "web", &[("app", "web")]));
+        assert_eq!(report(&reports, "p").shard.pods_matched, Some(false));
+        e.apply_namespace(&namespace("a", &[("team", "x")]));
+        assert_eq!(report(&reports, "p").shard.pods_matched, Some(true));
+        let mut finished = pod("a", "web", &[("app", "web")]);
+        finished.status = serde_json::from_value(serde_json::json!({"phase": "Succeeded"})).ok();
+        e.apply_pod(&finished);
+        assert_eq!(report(&reports, "p").shard.pods_matched, Some(false));
+    }
+
+    #[test]
+    fn only_a_spec_change_recompiles_and_the_interval_schedules_reevaluation() {
+        let (mut e, reports, _dir) = engine();
+        let spec = serde_json::json!({"mode": "monitor", "evaluationInterval": "90s",
+            "behaviors": [{"network": {"deny": {"values": ["10.0.0.0/8"]}}}]});
+        e.apply_policy(&policy("p", 1, spec.clone()));
+        let first = report(&reports, "p").shard.last_evaluated_time;
+        let due = e
+            .next_due()
+            .unwrap_or_else(|| panic!("no re-evaluation scheduled"));
+        let wait = due.saturating_duration_since(Instant::now());
+        assert!(
+            wait > Duration::from_secs(80) && wait <= Duration::from_secs(90),
+            "{wait:?}"
+        );
+        // A status write bumps resourceVersion, not generation: no recompile.
+        e.apply_policy(&policy("p", 1, spec.clone()));
+        assert_eq!(e.next_due(), Some(due));
+        // Not due yet: nothing happens.
+        e.evaluate_due(Instant::now());
+        assert_eq!(e.next_due(), Some(due));
+        // Due: evaluated again and rescheduled.
+        e.evaluate_due(due);
+        assert!(e.next_due().is_some_and(|d| d > due));
+        assert!(report(&reports, "p").shard.last_evaluated_time >= first);
+        // A new generation recompiles (and a dropped interval unschedules).
+        e.apply_policy(&policy(
+            "p",
+            2,
+            serde_json::json!({"mode": "monitor",
+            "behaviors": [{"network": {"deny": {"values": ["10.0.0.0/8"]}}}]}),
+        ));
+        assert_eq!(e.next_due(), None);
+        e.delete_policy("p");
+        assert!(reports.snapshot().is_empty());
+    }
+}
