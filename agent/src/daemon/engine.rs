@@ -678,7 +678,9 @@ impl Engine {
         };
         let kernel_refused = refused(decision);
         if kernel_refused {
-            tracing::info!(behavior = behavior.as_str(), target = %target, pod = %format!("{}/{}", pod.namespace, pod.name), count, decision = decision_label(decision), "kernel refused");
+            // Through the chokepoint: a path can carry what an argv did.
+            let target = report::sanitize(&target.to_string());
+            tracing::info!(behavior = behavior.as_str(), %target, pod = %format!("{}/{}", pod.namespace, pod.name), count, decision = decision_label(decision), "kernel refused");
         }
         let ns_labels = self.namespace_labels(&pod.namespace);
         let mut explained = false;
