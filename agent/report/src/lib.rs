@@ -39,8 +39,8 @@ pub use finding::{Behavior, Decision, Finding, Fingerprint, PodIdentity};
 pub use merge::{MANAGED_BY, MANAGED_BY_LABEL, TRUNCATED_ANNOTATION};
 pub use name::{report_name, MAX_REPORT_NAME_LEN, REPORT_NAME_PREFIX};
 pub use reporter::{
-    DropHook, DropReason, Flushed, PodOutcome, Reporter, ReporterHandle, ReporterOptions,
-    WriteHook, WriteResult,
+    DropHook, DropReason, FlushHook, Flushed, PodOutcome, Reporter, ReporterHandle,
+    ReporterOptions, WriteHook, WriteResult,
 };
 pub use result::{outcome, pod_reference, property, report_result, SOURCE};
 pub use sanitize::{sanitize, MASK, MAX_CHARS, PRE_CUT_CHARS};

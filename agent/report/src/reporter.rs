@@ -17,6 +17,10 @@
 //! the next flush, at most `max_results` per pod (the most recent), since
 //! no more fit in a Report anyway.
 //!
+//! Every flush first hands each deduplicated finding to the `on_flush`
+//! hook ([`FlushHook`]), whatever becomes of the Report write after it:
+//! that is how the Kubernetes Events recorder sees findings.
+//!
 //! A flush is cancel-safe: findings it took from the buffer and had not
 //! written go back if its future is dropped (at shutdown, when the final
 //! flush's deadline expires). The one imprecision is a write the API server
@@ -100,6 +104,13 @@ pub type DropHook = Arc<dyn Fn(DropReason, u64) + Send + Sync>;
 /// outcome). Runs on the flushing task: quick, never blocking.
 pub type WriteHook = Arc<dyn Fn(WriteResult) + Send + Sync>;
 
+/// Called by every flush once per deduplicated finding, before the
+/// Report writes and whatever their outcome, with the finding and the
+/// occurrences it gained since the last flush (its merged count; see
+/// [`ReporterOptions::on_flush`]). Runs on the flushing task: quick,
+/// never blocking (hand work to a channel).
+pub type FlushHook = Arc<dyn Fn(&Finding, u64) + Send + Sync>;
+
 /// How a [`Reporter`] behaves.
 #[derive(Clone)]
 pub struct ReporterOptions {
@@ -119,6 +130,19 @@ pub struct ReporterOptions {
     pub on_drop: Option<DropHook>,
     /// Told about every write attempt (for `report_writes_total`).
     pub on_write: Option<WriteHook>,
+    /// Told about every deduplicated finding of every flush (the
+    /// Kubernetes Events recorder's entry point), after deduplication and
+    /// before the write, so a failed write does not hide a finding from
+    /// it.
+    ///
+    /// The finding is the one the reporter buffered, which was
+    /// [redacted](Finding::redact) at submission (the raw finding is never
+    /// kept); its fingerprint is the raw finding's. The count is its merged
+    /// occurrence count for this flush. A finding kept over from a failed
+    /// write is presented again on the next flush with only the
+    /// occurrences it gained since (possibly 0), so what the hook adds up
+    /// is what happened, not how often a write failed.
+    pub on_flush: Option<FlushHook>,
 }
 
 impl Default for ReporterOptions {
@@ -131,6 +155,7 @@ impl Default for ReporterOptions {
             max_write_attempts: 5,
             on_drop: None,
             on_write: None,
+            on_flush: None,
         }
     }
 }
@@ -145,6 +170,7 @@ impl fmt::Debug for ReporterOptions {
             .field("max_write_attempts", &self.max_write_attempts)
             .field("on_drop", &self.on_drop.is_some())
             .field("on_write", &self.on_write.is_some())
+            .field("on_flush", &self.on_flush.is_some())
             .finish()
     }
 }
@@ -173,6 +199,13 @@ pub struct PodOutcome {
 /// What the handles and the flush loop share.
 struct Shared {
     buffer: Mutex<HashMap<Fingerprint, Finding>>,
+    /// Occurrences of buffered findings that an earlier flush handed to
+    /// the `on_flush` hook already (findings kept over from a failed
+    /// write). Kept only when there is such a hook, and only for findings
+    /// in the buffer.
+    announced: Mutex<HashMap<Fingerprint, u64>>,
+    /// Whether to keep `announced` (there is an `on_flush` hook).
+    track_announced: bool,
     dropped: AtomicU64,
     closed: AtomicBool,
     max_buffered: usize,
@@ -222,6 +255,21 @@ impl Shared {
         std::mem::take(&mut *self.lock())
     }
 
+    fn lock_announced(&self) -> MutexGuard<'_, HashMap<Fingerprint, u64>> {
+        // One map operation or a swap per critical section, as `lock`.
+        self.announced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What earlier flushes announced of the findings just taken.
+    fn take_announced(&self) -> HashMap<Fingerprint, u64> {
+        if !self.track_announced {
+            return HashMap::new();
+        }
+        std::mem::take(&mut *self.lock_announced())
+    }
+
     /// Puts findings that could not be written back for the next flush: at
     /// most `max_results` per pod, the most recent, and only as many
     /// distinct findings as the buffer holds.
@@ -238,12 +286,25 @@ impl Shared {
             keep.extend(group);
         }
         let mut full = 0u64;
+        let mut kept = Vec::new();
         {
             let mut buffer = self.lock();
             for (fingerprint, finding) in keep {
+                let count = finding.count;
                 if insert(&mut buffer, self.max_buffered, fingerprint, finding) {
                     full += 1;
+                } else if self.track_announced {
+                    kept.push((fingerprint, count));
                 }
+            }
+        }
+        if !kept.is_empty() {
+            // These were announced by the flush that took them; the next
+            // flush announces only what they gain in between.
+            let mut announced = self.lock_announced();
+            for (fingerprint, count) in kept {
+                let seen = announced.entry(fingerprint).or_default();
+                *seen = seen.saturating_add(count);
             }
         }
         self.drop_findings(DropReason::BufferFull, over_cap + full);
@@ -331,6 +392,7 @@ pub struct Reporter {
     shutdown_deadline: Duration,
     max_write_attempts: u32,
     on_write: Option<WriteHook>,
+    on_flush: Option<FlushHook>,
 }
 
 impl Reporter {
@@ -345,11 +407,14 @@ impl Reporter {
             max_write_attempts,
             on_drop,
             on_write,
+            on_flush,
         } = options;
         Reporter {
             client,
             shared: Arc::new(Shared {
                 buffer: Mutex::new(HashMap::new()),
+                announced: Mutex::new(HashMap::new()),
+                track_announced: on_flush.is_some(),
                 dropped: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
                 max_buffered,
@@ -362,6 +427,7 @@ impl Reporter {
             shutdown_deadline,
             max_write_attempts: max_write_attempts.max(1),
             on_write,
+            on_flush,
         }
     }
 
@@ -422,18 +488,27 @@ impl Reporter {
 
     /// Writes every buffered finding now, one Report per pod. A pod whose
     /// write fails does not stop the others; see [`Flushed`] for what
-    /// happened to each.
+    /// happened to each. Every finding is handed to the `on_flush` hook
+    /// first.
     pub async fn flush(&self) -> Flushed {
         let mut pending = Pending {
             shared: &self.shared,
             pods: BTreeMap::new(),
         };
-        for (fingerprint, finding) in self.shared.take() {
+        let taken = self.shared.take();
+        let announced = self.shared.take_announced();
+        for (fingerprint, finding) in taken {
             pending
                 .pods
                 .entry(PodKey::of(&finding))
                 .or_default()
                 .insert(fingerprint, finding);
+        }
+        if let Some(hook) = &self.on_flush {
+            for (fingerprint, finding) in pending.pods.values().flatten() {
+                let seen = announced.get(fingerprint).copied().unwrap_or(0);
+                hook(finding, finding.count.saturating_sub(seen));
+            }
         }
         let pods: Vec<PodKey> = pending.pods.keys().cloned().collect();
         let mut flushed = Flushed::default();
@@ -584,6 +659,8 @@ mod tests {
         (
             Shared {
                 buffer: Mutex::new(HashMap::new()),
+                announced: Mutex::new(HashMap::new()),
+                track_announced: false,
                 dropped: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
                 max_buffered,
@@ -735,6 +812,136 @@ mod tests {
         for code in [400, 403, 404, 422] {
             assert!(!api(code).is_retryable(), "{code}");
         }
+    }
+
+    /// An API server that answers every request with a 503.
+    #[derive(Clone)]
+    struct Unavailable;
+
+    impl tower::Service<http::Request<kube::client::Body>> for Unavailable {
+        type Response = http::Response<kube::client::Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<std::result::Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::result::Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<kube::client::Body>) -> Self::Future {
+            let status = serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "reason": "ServiceUnavailable",
+                "message": "unavailable", "code": 503,
+            });
+            let body = serde_json::to_vec(&status).unwrap();
+            std::future::ready(Ok(http::Response::builder()
+                .status(503)
+                .header("content-type", "application/json")
+                .body(kube::client::Body::from(body))
+                .unwrap()))
+        }
+    }
+
+    type Announced = Arc<Mutex<Vec<(String, String, u64, Fingerprint)>>>;
+
+    fn announcing() -> (ReporterOptions, Announced) {
+        let seen: Announced = Arc::default();
+        let sink = Arc::clone(&seen);
+        let hook: FlushHook = Arc::new(move |f: &Finding, n| {
+            sink.lock()
+                .unwrap()
+                .push((f.pod.name.clone(), f.target.clone(), n, f.fingerprint()));
+        });
+        let options = ReporterOptions {
+            on_flush: Some(hook),
+            ..ReporterOptions::default()
+        };
+        (options, seen)
+    }
+
+    fn take_sorted(seen: &Announced) -> Vec<(String, String, u64, Fingerprint)> {
+        let mut v = std::mem::take(&mut *seen.lock().unwrap());
+        v.sort();
+        v
+    }
+
+    #[tokio::test]
+    async fn on_flush_sees_each_deduplicated_finding_whatever_the_write() {
+        let (options, seen) = announcing();
+        let reporter = Reporter::new(kube::Client::new(Unavailable, "default"), options);
+        let handle = reporter.handle();
+        let secret = "/bin/mysql --password=hunter2";
+        handle.submit(finding("a", secret, 2, 10, 20));
+        handle.submit(finding("a", secret, 3, 5, 30));
+        handle.submit(finding("a", "/etc/x", 1, 1, 1));
+        handle.submit(finding("b", "/etc/x", 1, 1, 1));
+
+        let flushed = reporter.flush().await;
+        assert_eq!(flushed.outcomes.len(), 2);
+        for outcome in &flushed.outcomes {
+            let error = outcome.result.as_ref().unwrap_err();
+            assert!(error.is_retryable(), "{error}");
+        }
+        let fp = |pod: &str, target: &str| finding(pod, target, 0, 0, 0).fingerprint();
+        assert_eq!(
+            take_sorted(&seen),
+            [
+                (
+                    "a".into(),
+                    "/bin/mysql --password=***".into(),
+                    5,
+                    fp("a", secret)
+                ),
+                ("a".into(), "/etc/x".into(), 1, fp("a", "/etc/x")),
+                ("b".into(), "/etc/x".into(), 1, fp("b", "/etc/x")),
+            ],
+            "once per deduplicated finding, with its merged count, the raw \
+             finding's fingerprint, and nothing unredacted"
+        );
+
+        // The failed writes kept their findings. The next flush presents
+        // them again, counting only what they gained in between.
+        assert_eq!(handle.buffered(), 3);
+        handle.submit(finding("a", secret, 4, 40, 40));
+        handle.submit(finding("c", "/etc/y", 2, 1, 1));
+        reporter.flush().await;
+        assert_eq!(
+            take_sorted(&seen),
+            [
+                (
+                    "a".into(),
+                    "/bin/mysql --password=***".into(),
+                    4,
+                    fp("a", secret)
+                ),
+                ("a".into(), "/etc/x".into(), 0, fp("a", "/etc/x")),
+                ("b".into(), "/etc/x".into(), 0, fp("b", "/etc/x")),
+                ("c".into(), "/etc/y".into(), 2, fp("c", "/etc/y")),
+            ]
+        );
+        // What the Report will hold is still everything.
+        let buffered = reporter.shared.take();
+        assert_eq!(buffered[&fp("a", secret)].count, 9);
+    }
+
+    #[tokio::test]
+    async fn an_empty_flush_announces_nothing_and_no_hook_tracks_nothing() {
+        let (options, seen) = announcing();
+        let reporter = Reporter::new(kube::Client::new(Unavailable, "default"), options);
+        assert!(reporter.flush().await.outcomes.is_empty());
+        assert!(seen.lock().unwrap().is_empty());
+
+        let quiet = Reporter::new(
+            kube::Client::new(Unavailable, "default"),
+            ReporterOptions::default(),
+        );
+        quiet.handle().submit(finding("a", "/etc/x", 1, 1, 1));
+        quiet.flush().await;
+        assert_eq!(quiet.handle().buffered(), 1);
+        assert!(quiet.shared.lock_announced().is_empty());
     }
 
     #[test]

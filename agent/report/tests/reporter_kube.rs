@@ -5,6 +5,10 @@
 //! retry from a fresh read, and both contributions survive; a failed write
 //! keeps its findings for the next flush, a refused one drops and counts
 //! them; the final flush on shutdown writes what was submitted just before.
+//! 600 findings for one pod leave the newest 500 results and an annotation
+//! counting the rest; an 80-character pod name still gets a valid Report;
+//! a password and a bearer token in a target never reach the stored
+//! Report.
 //!
 //! The Report CRD is generated from the Rust types (not read from the
 //! chart). There is no kube-controller-manager here, so nothing
@@ -24,7 +28,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kyverno_runtime_api::openreports::{report_crd, Report, ReportResult};
 use kyverno_runtime_report::{
     property, Behavior, Decision, Finding, PodIdentity, Reporter, ReporterOptions, WriteResult,
-    MANAGED_BY, MANAGED_BY_LABEL,
+    MANAGED_BY, MANAGED_BY_LABEL, TRUNCATED_ANNOTATION,
 };
 use kyverno_runtime_testkube::LocalCluster;
 use std::future::Future;
@@ -568,4 +572,93 @@ async fn the_final_flush_on_shutdown_writes_the_last_window() {
     handle.submit(finding(&pod, "/bin/sh", 1, 30, 30));
     assert_eq!(handle.dropped(), 1);
     assert_eq!(handle.buffered(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn six_hundred_findings_keep_the_newest_five_hundred_and_say_so() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "cap-web").await;
+    let writes = Writes::default();
+    let reporter = Reporter::new(client.clone(), writes.options());
+    let handle = reporter.handle();
+    for i in 0..600u64 {
+        handle.submit(finding(&pod, &format!("/bin/tool-{i}"), 1, i, i));
+    }
+    assert_eq!(handle.buffered(), 600);
+    let flushed = reporter.flush().await;
+    assert_eq!(only_outcome(&flushed), &WriteResult::Created);
+    assert_eq!(flushed.outcomes[0].findings, 600);
+
+    let report = stored(&client, &pod).await;
+    let results = report.spec.results.as_ref().unwrap();
+    assert_eq!(results.len(), 500);
+    assert_eq!(
+        report.metadata.annotations.as_ref().unwrap()[TRUNCATED_ANNOTATION],
+        "100"
+    );
+    // The oldest went: the kept ones are exactly the 500 most recent.
+    let mut targets: Vec<&str> = results.iter().map(|r| prop(r, property::TARGET)).collect();
+    targets.sort_unstable();
+    let mut want: Vec<String> = (100..600).map(|i| format!("/bin/tool-{i}")).collect();
+    want.sort_unstable();
+    assert_eq!(targets, want);
+    assert_eq!(report.spec.summary.unwrap().fail, 500);
+    assert_eq!(handle.dropped(), 0, "truncation is annotated, not a drop");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_eighty_character_pod_name_gets_a_valid_report_name() {
+    let client = client().await;
+    let name = format!("web-{}", "x".repeat(74) + "-0");
+    assert_eq!(name.len(), 80);
+    let pod = fresh_pod(&client, &name).await;
+    let reporter = Reporter::new(client.clone(), ReporterOptions::default());
+    reporter.handle().submit(finding(&pod, "/bin/sh", 1, 1, 1));
+    let flushed = reporter.flush().await;
+    assert_eq!(only_outcome(&flushed), &WriteResult::Created);
+    let report_name = &flushed.outcomes[0].report;
+    assert!(report_name.len() <= 63, "{report_name}");
+    let b = report_name.as_bytes();
+    assert!(
+        b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric(),
+        "a DNS-1123 label: {report_name}"
+    );
+    let report = stored(&client, &pod).await;
+    assert_eq!(report.metadata.name.as_ref(), Some(report_name));
+    assert_eq!(
+        report.spec.scope.as_ref().unwrap().name.as_deref(),
+        Some(name.as_str())
+    );
+    assert_eq!(report.spec.results.as_ref().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_in_a_target_never_reach_the_stored_report() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "secret-web").await;
+    let reporter = Reporter::new(client.clone(), ReporterOptions::default());
+    let target = "/usr/bin/mysql --password=hunter2 -e 'Authorization: Bearer abc.def.ghi'";
+    reporter.handle().submit(finding(&pod, target, 1, 1, 1));
+    let flushed = reporter.flush().await;
+    assert_eq!(only_outcome(&flushed), &WriteResult::Created);
+
+    // The stored object as the API server returns it, as text: whatever
+    // field a secret could have landed in, it would be in here.
+    let path = format!(
+        "/apis/openreports.io/v1alpha1/namespaces/{NS}/reports/{}",
+        kyverno_runtime_report::report_name(&pod.name)
+    );
+    let text = client
+        .request_text(http::Request::get(path).body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    assert!(text.contains("/usr/bin/mysql"), "{text}");
+    assert!(text.contains("--password=***"), "{text}");
+    assert!(text.contains("Bearer ***"), "{text}");
+    for secret in ["hunter2", "abc.def.ghi", "abc.def", "def.ghi"] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
 }

@@ -1,0 +1,84 @@
+//! Kubernetes Events: the third output path, behind `--events-enabled`.
+//!
+//! A [`Recorder`] has two entry points, both on [`RecorderHandle`] (and on
+//! the recorder itself):
+//!
+//! - [`finding_flushed`](RecorderHandle::finding_flushed) is the reporter's
+//!   flush sink ([`ReporterOptions::on_flush`], see
+//!   [`RecorderHandle::flush_sink`]), called once per deduplicated finding
+//!   on every flush. It emits `PolicyViolation` for an enforced finding and
+//!   `PolicyWouldViolate` for a monitor-mode one, regarding the pod.
+//! - [`condition_changed`](RecorderHandle::condition_changed) is the status
+//!   flush's condition callback (`FlushLoop::on_condition_changed`, see
+//!   [`RecorderHandle::condition_callback`]). It emits `PolicyError` when
+//!   `Applied` or `TargetsValid` goes `False`, regarding the RuntimePolicy,
+//!   in `default` (where the Events of cluster-scoped objects live).
+//!
+//! Every Event is an `events.k8s.io/v1` Warning written directly through
+//! the API, not through a correlating event recorder, which would key its
+//! deduplication on everything but the note and so collapse distinct
+//! causes (two targets of one policy and pod) into one series. Each Event
+//! is instead named after its cause ([`name`] explains how): a finding's
+//! [`Fingerprint`](kyverno_runtime_report::Fingerprint), or the policy's
+//! uid and the condition type. A create that meets AlreadyExists is the
+//! identical cause firing again, so the stored Event's series is patched
+//! in place; a distinct cause always gets its own Event.
+//!
+//! Only redacted values reach an Event: a finding's
+//! [redaction](kyverno_runtime_report::Finding::redact), a condition's
+//! reason and message through
+//! [`sanitize`](kyverno_runtime_report::sanitize). The redaction
+//! chokepoint is the report crate's; this crate adds no way around it.
+//!
+//! Writing never blocks a caller: causes wait in a bounded queue, which
+//! [`Recorder::run`] writes with bounded retries; a full queue drops and
+//! counts ([`DropHook`]), and every write's outcome is counted
+//! ([`WriteHook`]).
+//!
+//! [`ReporterOptions::on_flush`]: kyverno_runtime_report::ReporterOptions::on_flush
+
+mod event;
+pub mod name;
+mod recorder;
+
+pub use event::{
+    ACTION_APPLY, ACTION_ENFORCE, ACTION_OBSERVE, ACTION_VALIDATE_TARGETS,
+    CLUSTER_SCOPED_NAMESPACE, MAX_NOTE_BYTES, REASON_ERROR, REASON_VIOLATION, REASON_WOULD_VIOLATE,
+    TYPE_WARNING,
+};
+pub use name::is_valid_event_name;
+pub use recorder::{
+    DropHook, DropReason, Recorder, RecorderHandle, RecorderOptions, WriteHook, WriteResult,
+    REPORTING_CONTROLLER,
+};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kyverno_runtime_report::Finding;
+use kyverno_runtime_status::PolicyRef;
+
+/// The name of the Event a flushed finding is recorded as (in its pod's
+/// namespace), or `None` for a finding naming no addressable pod, which
+/// gets no Event.
+pub fn finding_event_name(finding: &Finding) -> Option<String> {
+    let redacted = finding.clone().redact();
+    if !redacted.pod.is_addressable() {
+        return None;
+    }
+    let reporting = event::Reporting {
+        controller: String::new(),
+        instance: String::new(),
+    };
+    let emission = event::for_finding(&redacted, &finding.fingerprint(), 1, &reporting);
+    Some(emission.name().to_string())
+}
+
+/// The name of the Event a condition change is recorded as (in
+/// [`CLUSTER_SCOPED_NAMESPACE`]), or `None` when the change is not a policy
+/// error.
+pub fn condition_event_name(policy: &PolicyRef, condition: &Condition) -> Option<String> {
+    let reporting = event::Reporting {
+        controller: String::new(),
+        instance: String::new(),
+    };
+    event::for_condition(policy, condition, &reporting).map(|e| e.name().to_string())
+}

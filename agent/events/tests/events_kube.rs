@@ -1,0 +1,441 @@
+//! Tier 3: the Events recorder against a real kube-apiserver and etcd.
+//!
+//! An enforced finding becomes a `PolicyViolation` Event regarding its pod,
+//! a monitor-mode one `PolicyWouldViolate`, and `Applied` going `False` a
+//! `PolicyError` regarding the policy in `default`; other condition changes
+//! become nothing. A repeat of the same finding adds to its Event's series
+//! instead of creating another object, while a finding that differs only in
+//! its target gets its own; the same holds for a repeated policy error and
+//! a changed one. A password and a bearer token in a target, or a token in
+//! a condition message, never reach the stored Event.
+//!
+//! Each test recreates its pod (a new uid) and tells its Events apart by the
+//! uid they regard, so Events left by earlier runs (they live an hour) do
+//! not count. There is no kube-controller-manager here, so the namespace's
+//! `default` ServiceAccount, which pod admission requires, is created by
+//! hand.
+// A test harness: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(feature = "kube-tests")]
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kyverno_runtime_events::{
+    condition_event_name, finding_event_name, is_valid_event_name, Recorder, RecorderHandle,
+    RecorderOptions, WriteResult, REASON_ERROR, REASON_VIOLATION, REASON_WOULD_VIOLATE,
+    REPORTING_CONTROLLER,
+};
+use kyverno_runtime_report::{Behavior, Decision, Finding, PodIdentity};
+use kyverno_runtime_status::PolicyRef;
+use kyverno_runtime_testkube::LocalCluster;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use tokio::sync::oneshot;
+
+const NS: &str = "kyverno-runtime-events-test";
+const NODE: &str = "events-test-node";
+
+async fn client() -> kube::Client {
+    let cluster = LocalCluster::get().expect("local control plane (ci/kube-up)");
+    let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+fn ignore_not_found<T>(r: Result<T, kube::Error>) {
+    match r {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn ignore_conflict<T>(r: Result<T, kube::Error>) {
+    match r {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A fresh Pod object (new uid) in [`NS`].
+async fn fresh_pod(client: &kube::Client, name: &str) -> PodIdentity {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap();
+    ignore_conflict(namespaces.create(&PostParams::default(), &ns).await);
+    // The pod's service account: there is no controller-manager here to
+    // create a namespace's `default` one, and admission requires it.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NS);
+    let account: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
+    ignore_conflict(accounts.create(&PostParams::default(), &account).await);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    // Never scheduled, so deleted at once (no kubelet to wait for).
+    ignore_not_found(
+        pods.delete(name, &DeleteParams::default().grace_period(0))
+            .await,
+    );
+    for _ in 0..100 {
+        if pods.get_opt(name).await.unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]}
+    }))
+    .unwrap();
+    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
+    PodIdentity {
+        namespace: NS.into(),
+        name: name.into(),
+        uid: pod.metadata.uid.unwrap(),
+        container: Some("app".into()),
+        owner_kind: None,
+        owner_name: None,
+    }
+}
+
+fn finding(pod: &PodIdentity, policy: &str, target: &str, enforced: bool) -> Finding {
+    let now = SystemTime::now();
+    Finding {
+        policy: policy.into(),
+        policy_uid: "11111111-2222-3333-4444-555555555555".into(),
+        behavior: Behavior::Exec,
+        pod: pod.clone(),
+        target: target.into(),
+        enforced,
+        decision: enforced.then_some(Decision::Denied),
+        count: 1,
+        first_observed: now - Duration::from_secs(5),
+        last_observed: now,
+    }
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: Time(Timestamp::now()),
+        observed_generation: None,
+    }
+}
+
+/// A recorder running in the background, and what it wrote.
+struct Running {
+    handle: RecorderHandle,
+    writes: Arc<Mutex<Vec<WriteResult>>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    async fn start() -> Running {
+        let writes: Arc<Mutex<Vec<WriteResult>>> = Arc::default();
+        let seen = Arc::clone(&writes);
+        let options = RecorderOptions {
+            on_write: Some(Arc::new(move |r| seen.lock().unwrap().push(r))),
+            ..RecorderOptions::new(NODE)
+        };
+        let recorder = Recorder::new(client().await, options);
+        let handle = recorder.handle();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(recorder.run(async {
+            let _ = stopped.await;
+        }));
+        Running {
+            handle,
+            writes,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Waits for the next `n` write outcomes and returns them.
+    async fn next_writes(&self, n: usize) -> Vec<WriteResult> {
+        for _ in 0..300 {
+            {
+                let mut writes = self.writes.lock().unwrap();
+                if writes.len() >= n {
+                    return writes.drain(..n).collect();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{n} writes expected, saw {:?}", self.writes.lock().unwrap());
+    }
+
+    async fn stop(mut self) {
+        self.stop.take().unwrap().send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.task.take().unwrap())
+            .await
+            .expect("run returns within its deadline")
+            .unwrap();
+        assert!(
+            self.writes.lock().unwrap().is_empty(),
+            "no write beyond those awaited"
+        );
+        assert_eq!(self.handle.dropped(), 0);
+    }
+}
+
+/// The Events in `namespace` regarding the object with `uid`.
+async fn events_regarding(client: &kube::Client, namespace: &str, uid: &str) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let mut events: Vec<Event> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid))
+        .collect();
+    events.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    events
+}
+
+fn series_count(e: &Event) -> i32 {
+    e.series.as_ref().map_or(1, |s| s.count)
+}
+
+/// The stored Event as the API server returns it, as text.
+async fn raw_event(client: &kube::Client, namespace: &str, name: &str) -> String {
+    let path = format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}");
+    client
+        .request_text(http::Request::get(path).body(Vec::new()).unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reasons_follow_enforcement_and_policy_errors() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "reasons-web").await;
+    let running = Running::start().await;
+
+    let enforced = finding(&pod, "no-shell", "/bin/sh", true);
+    let monitored = finding(&pod, "watch-shell", "/bin/sh", false);
+    running.handle.finding_flushed(&enforced, 1);
+    running.handle.finding_flushed(&monitored, 2);
+    // The policy's uid is fresh per run: the pod's.
+    let policy = PolicyRef {
+        name: "events-test-policy".into(),
+        uid: Some(pod.uid.clone()),
+    };
+    let failed = condition("Applied", "False", "CompileFailed", "undeclared reference");
+    running.handle.condition_changed(&policy, &failed);
+    // Not policy errors: nothing is written for them.
+    for c in [
+        condition("Applied", "True", "Applied", "in force"),
+        condition("PodsMatched", "False", "NoPods", "no pod matches"),
+        condition("TargetsValid", "Unknown", "Pending", ""),
+    ] {
+        running.handle.condition_changed(&policy, &c);
+    }
+    assert_eq!(running.next_writes(3).await, [WriteResult::Created; 3]);
+
+    let events = events_regarding(&client, NS, &pod.uid).await;
+    assert_eq!(events.len(), 2, "{events:#?}");
+    for (f, reason, action) in [
+        (&enforced, REASON_VIOLATION, "Enforce"),
+        (&monitored, REASON_WOULD_VIOLATE, "Observe"),
+    ] {
+        let name = finding_event_name(f).unwrap();
+        assert!(is_valid_event_name(&name), "{name}");
+        let e = events
+            .iter()
+            .find(|e| e.metadata.name.as_deref() == Some(name.as_str()))
+            .unwrap_or_else(|| panic!("no Event {name}"));
+        assert_eq!(e.reason.as_deref(), Some(reason));
+        assert_eq!(e.action.as_deref(), Some(action));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(
+            e.reporting_controller.as_deref(),
+            Some(REPORTING_CONTROLLER)
+        );
+        assert_eq!(e.reporting_instance.as_deref(), Some(NODE));
+        let regarding = e.regarding.as_ref().unwrap();
+        assert_eq!(regarding.kind.as_deref(), Some("Pod"));
+        assert_eq!(regarding.name.as_deref(), Some("reasons-web"));
+        assert_eq!(
+            regarding.field_path.as_deref(),
+            Some("spec.containers{app}")
+        );
+        let related = e.related.as_ref().unwrap();
+        assert_eq!(related.kind.as_deref(), Some("RuntimePolicy"));
+        assert_eq!(related.name.as_deref(), Some(f.policy.as_str()));
+        assert!(e.note.as_ref().unwrap().contains("/bin/sh"));
+    }
+    let monitored_event = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some(REASON_WOULD_VIOLATE))
+        .unwrap();
+    assert_eq!(series_count(monitored_event), 2, "created with its count");
+
+    let errors = events_regarding(&client, "default", &pod.uid).await;
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    let e = &errors[0];
+    assert_eq!(
+        e.metadata.name,
+        condition_event_name(&policy, &failed),
+        "the name is the cause's"
+    );
+    assert_eq!(e.reason.as_deref(), Some(REASON_ERROR));
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    let regarding = e.regarding.as_ref().unwrap();
+    assert_eq!(regarding.kind.as_deref(), Some("RuntimePolicy"));
+    assert_eq!(regarding.name.as_deref(), Some("events-test-policy"));
+    assert_eq!(
+        e.note.as_deref(),
+        Some("Applied is False: CompileFailed: undeclared reference")
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repeat_adds_to_the_series_and_another_target_is_another_event() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "series-web").await;
+    let running = Running::start().await;
+
+    let sh = finding(&pod, "no-shell", "/bin/sh", true);
+    running.handle.finding_flushed(&sh, 1);
+    assert_eq!(running.next_writes(1).await, [WriteResult::Created]);
+    let events = events_regarding(&client, NS, &pod.uid).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(series_count(&events[0]), 1);
+    assert!(events[0].series.is_none());
+
+    // The same finding on the next flushes: the same object, counting.
+    let mut later = sh.clone();
+    later.last_observed = SystemTime::now() + Duration::from_secs(10);
+    running.handle.finding_flushed(&later, 3);
+    assert_eq!(running.next_writes(1).await, [WriteResult::Patched]);
+    running.handle.finding_flushed(&later, 1);
+    assert_eq!(running.next_writes(1).await, [WriteResult::Patched]);
+    let events = events_regarding(&client, NS, &pod.uid).await;
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let series = events[0].series.as_ref().unwrap();
+    assert_eq!(series.count, 5, "1 + 3 + 1 occurrences");
+    // Stored to the microsecond: compare seconds.
+    let want = Timestamp::try_from(later.last_observed).unwrap();
+    assert!(series.last_observed_time.0.as_second() >= want.as_second());
+
+    // A finding that differs only in its target is a distinct cause.
+    let bash = finding(&pod, "no-shell", "/bin/bash", true);
+    running.handle.finding_flushed(&bash, 1);
+    assert_eq!(running.next_writes(1).await, [WriteResult::Created]);
+    let events = events_regarding(&client, NS, &pod.uid).await;
+    assert_eq!(events.len(), 2, "{events:#?}");
+    let names: Vec<_> = events.iter().map(|e| e.metadata.name.clone()).collect();
+    assert!(names.contains(&finding_event_name(&sh)));
+    assert!(names.contains(&finding_event_name(&bash)));
+
+    // A policy error that fires again adds to its series; a changed
+    // message is a distinct cause.
+    let policy = PolicyRef {
+        name: "events-series-policy".into(),
+        uid: Some(pod.uid.clone()),
+    };
+    let rejected = condition("TargetsValid", "False", "RejectedTarget", "::1: IPv6");
+    running.handle.condition_changed(&policy, &rejected);
+    running.handle.condition_changed(&policy, &rejected);
+    assert_eq!(
+        running.next_writes(2).await,
+        [WriteResult::Created, WriteResult::Patched]
+    );
+    let errors = events_regarding(&client, "default", &pod.uid).await;
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(series_count(&errors[0]), 2);
+    let changed = condition(
+        "TargetsValid",
+        "False",
+        "RejectedTarget",
+        "10.0.0.0/8: too wide",
+    );
+    running.handle.condition_changed(&policy, &changed);
+    assert_eq!(running.next_writes(1).await, [WriteResult::Created]);
+    let errors = events_regarding(&client, "default", &pod.uid).await;
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_never_reach_an_event() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "secret-web").await;
+    let running = Running::start().await;
+
+    let f = finding(
+        &pod,
+        "no-mysql",
+        "/usr/bin/mysql --password=hunter2 -e 'Authorization: Bearer abc.def.ghi'",
+        false,
+    );
+    running.handle.finding_flushed(&f, 1);
+    let policy = PolicyRef {
+        name: "events-secret-policy".into(),
+        uid: Some(pod.uid.clone()),
+    };
+    let leaky = condition(
+        "Applied",
+        "False",
+        "CompileFailed",
+        "expression 'token=s3cr3tvalue' failed: Authorization: Bearer abc.def.ghi",
+    );
+    running.handle.condition_changed(&policy, &leaky);
+    assert_eq!(running.next_writes(2).await, [WriteResult::Created; 2]);
+
+    let name = finding_event_name(&f).unwrap();
+    let text = raw_event(&client, NS, &name).await;
+    assert!(text.contains("/usr/bin/mysql"), "{text}");
+    assert!(text.contains("--password=***"), "{text}");
+    assert!(text.contains("Bearer ***"), "{text}");
+    let name = condition_event_name(&policy, &leaky).unwrap();
+    let error_text = raw_event(&client, "default", &name).await;
+    assert!(error_text.contains("CompileFailed"), "{error_text}");
+    for text in [&text, &error_text] {
+        for secret in [
+            "hunter2",
+            "abc.def.ghi",
+            "abc.def",
+            "def.ghi",
+            "s3cr3tvalue",
+        ] {
+            assert!(!text.contains(secret), "{secret} leaked: {text}");
+        }
+    }
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_event_is_counted_and_the_recorder_goes_on() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "refused-web").await;
+    let running = Running::start().await;
+    // A namespace that does not exist: the create is refused (404), and
+    // retrying cannot change that.
+    let mut ghost = pod.clone();
+    ghost.namespace = "kyverno-runtime-events-no-such-namespace".into();
+    running
+        .handle
+        .finding_flushed(&finding(&ghost, "no-shell", "/bin/sh", true), 1);
+    running
+        .handle
+        .finding_flushed(&finding(&pod, "no-shell", "/bin/sh", true), 1);
+    assert_eq!(
+        running.next_writes(2).await,
+        [WriteResult::Error, WriteResult::Created]
+    );
+    assert_eq!(events_regarding(&client, NS, &pod.uid).await.len(), 1);
+    running.stop().await;
+}
