@@ -207,6 +207,20 @@ fn host(mode: &str) -> ExitCode {
                 ])
                 .unwrap()
         );
+        println!("\n$ kubectl get events -n {APP_NS} --field-selector reason=PolicyViolation");
+        print!(
+            "{}",
+            cluster
+                .kubectl_ok(&[
+                    "get",
+                    "events",
+                    "-n",
+                    APP_NS,
+                    "--field-selector",
+                    "reason=PolicyViolation"
+                ])
+                .unwrap()
+        );
         println!("\n$ kubectl get reports -n {APP_NS}");
         print!(
             "{}",
@@ -391,6 +405,7 @@ impl Daemon {
                 "2s",
                 "--report-interval",
                 "2s",
+                "--events-enabled=true",
                 "--pin-dir",
                 PINS,
             ])
@@ -640,6 +655,24 @@ fn guest(mode: &str) -> ExitCode {
             p.get("count").cloned().unwrap_or_default()
         );
     }
+    // The refusal is also a Kubernetes Event on the pod.
+    let events = g.ns::<k8s_openapi::api::events::v1::Event>(APP_NS);
+    let event = wait_until(
+        "a PolicyViolation Event on the pod",
+        Duration::from_secs(60),
+        || {
+            let list = g.rt.block_on(events.list(&Default::default())).ok()?;
+            list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some("PolicyViolation")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
+            })
+        },
+    );
+    println!(
+        "         event: {} {}",
+        event.reason.clone().unwrap_or_default(),
+        event.note.clone().unwrap_or_default()
+    );
     // Status shows this node enforcing with the BPF-LSM backend.
     let rp = wait_until("this node's shard", Duration::from_secs(30), || {
         let rp = g.rt.block_on(policies.get("demo-deny-exec")).ok()?;

@@ -148,8 +148,9 @@ fn refuse_unbuilt(args: &DaemonArgs) -> anyhow::Result<()> {
     if args.push_target.is_some() {
         anyhow::bail!("--push-target: the gRPC push sink is not part of this build yet; unset daemon.push.target");
     }
-    if args.events_enabled {
-        anyhow::bail!("--events-enabled: Kubernetes Events are not part of this build yet; set daemon.events.enabled=false");
+    if args.events_enabled && !args.reports_enabled {
+        // Finding Events are emitted from the reporter's flush.
+        anyhow::bail!("--events-enabled needs --reports-enabled=true (Events are emitted from the reporter's flush)");
     }
     if args.node_name.trim().is_empty() {
         anyhow::bail!("--node-name (NODE_NAME) is empty");
@@ -287,6 +288,21 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
     let reports = Reports::new();
     let resolver = resolve::CgroupResolver::new(args.cgroup_root.clone())
         .context("finding the cgroup mount")?;
+    let recorder = args.events_enabled.then(|| {
+        let m = metrics.clone();
+        let mut options = kyverno_runtime_events::RecorderOptions::new(args.node_name.clone());
+        options.on_drop = Some(Arc::new(move |reason, n| {
+            use kyverno_runtime_events::DropReason as R;
+            use kyverno_runtime_metrics::DropReason as M;
+            let reason = match reason {
+                R::QueueFull => M::queue_full,
+                R::Unattributed => M::unattributed,
+                R::Shutdown => M::shutdown,
+            };
+            m.events_dropped("events", reason, n);
+        }));
+        kyverno_runtime_events::Recorder::new(client.clone(), options)
+    });
     let reporter = args.reports_enabled.then(|| {
         let (m1, m2) = (metrics.clone(), metrics.clone());
         kyverno_runtime_report::Reporter::new(
@@ -314,6 +330,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                         R::Unchanged => {}
                     }
                 })),
+                on_flush: recorder.as_ref().map(|r| r.handle().flush_sink()),
                 ..Default::default()
             },
         )
@@ -398,14 +415,23 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         None => watch::channel(Default::default()).1,
     };
 
+    // The Events recorder stops last: the reporter's and the status loop's
+    // final flushes hand it their last Events.
+    let (status_done_tx, status_done_rx) = watch::channel(false);
+    let (reporter_done_tx, reporter_done_rx) = watch::channel(false);
     {
         let writer = StatusWriter::new(client.clone(), args.node_name.clone());
-        let flush = FlushLoop::new(writer, reports.clone(), view).interval(args.status_interval);
+        let mut flush =
+            FlushLoop::new(writer, reports.clone(), view).interval(args.status_interval);
+        if let Some(r) = &recorder {
+            flush = flush.on_condition_changed(r.handle().condition_callback());
+        }
         let stop = stopped(stop_rx.clone());
         // The loop's final flush runs after `stop`; the shutdown deadline
         // below bounds it when the API server is unreachable.
         tasks.spawn(async move {
             flush.run(stop).await;
+            let _ = status_done_tx.send(true);
             ("status flush", Ok(()))
         });
     }
@@ -426,10 +452,26 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
             let _ = engine_done_tx.send(true);
             ("engine", r)
         });
-        if let Some(reporter) = reporter {
+        match reporter {
+            Some(reporter) => {
+                tasks.spawn(async move {
+                    reporter.run(stopped(engine_done_rx)).await;
+                    let _ = reporter_done_tx.send(true);
+                    ("reporter", Ok(()))
+                });
+            }
+            None => {
+                let _ = reporter_done_tx.send(true);
+            }
+        }
+        if let Some(recorder) = recorder {
             tasks.spawn(async move {
-                reporter.run(stopped(engine_done_rx)).await;
-                ("reporter", Ok(()))
+                let both = async move {
+                    stopped(status_done_rx).await;
+                    stopped(reporter_done_rx).await;
+                };
+                recorder.run(both).await;
+                ("events", Ok(()))
             });
         }
     }
