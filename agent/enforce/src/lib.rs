@@ -9,11 +9,17 @@
 //!   bindings).
 //! - [`lsm`]: the kernel backends for open and exec (BPF-LSM and
 //!   fmod_ret), over `kyverno-runtime-bpf`'s open/exec object.
+//! - [`protocol`]: the application protocol manager (per-pod rule sets of
+//!   the classifier, the union of the policies selecting each pod).
+//! - [`dns`]: the DNS question observer's gate (which pods it sees) and the
+//!   name matcher of the dns behavior.
 
+pub mod dns;
 pub mod egress;
 pub mod fake;
 pub mod lsm;
 pub mod openexec;
+pub mod protocol;
 pub mod seam;
 
 pub use seam::{
