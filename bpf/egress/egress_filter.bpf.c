@@ -99,12 +99,129 @@ struct {
 } stats SEC(".maps");
 
 /*
+ * ---- Pinned state -------------------------------------------------------
+ *
+ * (Userspace-only layouts, kept here rather than in egress.h since the
+ * program never reads them; Rust reads them from the skeleton's types as
+ * it does egress.h's.)
+ *
+ * With a pin directory every map below (and every one above but the .bss)
+ * is pinned, and each per-cgroup link too, so enforcement outlives the
+ * daemon. The maps above hold per-cgroup *unions*; which policy asked for
+ * which entry is lost in a union, so the daemon also keeps a *ledger* of
+ * what each policy holds (its kind and flags, its prefixes, its bound
+ * cgroups) in three hash maps the program never reads. A restarted daemon
+ * rebuilds its per-policy state from the ledger and its per-cgroup mirror
+ * from cgroup_filters and the tries.
+ *
+ * KRT_EGRESS_LAYOUT_VERSION names the layout of every pinned map (keys,
+ * values, and what the ledger means). Bump it on any change: a daemon that
+ * finds pins of another version discards them (removes the map pins and
+ * rebuilds) instead of misreading them.
+ */
+enum krt_egress_layout {
+	KRT_EGRESS_LAYOUT_VERSION = 1,
+};
+
+/* The single element of `egress_meta`. */
+struct krt_egress_meta {
+	__u32 layout_version; /* KRT_EGRESS_LAYOUT_VERSION of the writer */
+	__u32 reserved; /* zero */
+};
+
+/* Ledger ceilings (hash maps without preallocation: ceilings only). */
+#define KRT_EGRESS_MAX_POLICIES (1 << 12)
+/* Prefixes over every policy: the four tries' budget. */
+#define KRT_EGRESS_MAX_LEDGER_RULES (1 << 20)
+/* (policy, cgroup) bindings. */
+#define KRT_EGRESS_MAX_BINDINGS (1 << 16)
+
+/* A policy id (its UID, at most 63 bytes) NUL-padded. */
+#define KRT_EGRESS_POLICY_ID_LEN 64
+
+/* Kind of a ledger policy. 0 is never used. */
+enum krt_egress_policy_kind {
+	KRT_EGRESS_POLICY_ENFORCE = 1,
+	KRT_EGRESS_POLICY_OBSERVE = 2,
+};
+
+/* Bits of krt_egress_policy.flags. */
+enum krt_egress_policy_flag {
+	KRT_EGRESS_POLICY_DEFAULT_DENY = 1 << 0,
+};
+
+/* Key of `egress_policies`. */
+struct krt_egress_policy_key {
+	__u8 id[KRT_EGRESS_POLICY_ID_LEN];
+};
+
+/* Value of `egress_policies`. */
+struct krt_egress_policy {
+	__u32 kind; /* enum krt_egress_policy_kind */
+	__u32 flags; /* enum krt_egress_policy_flag bits */
+};
+
+/* Key of `egress_rules` (one prefix of one policy); the value is a __u8. */
+struct krt_egress_rule_key {
+	__u8 id[KRT_EGRESS_POLICY_ID_LEN];
+	__u8 verdict; /* 1 allow, 2 deny */
+	__u8 family; /* enum krt_egress_family */
+	__u8 prefix_len; /* 0..32 or 0..128 */
+	__u8 reserved; /* zero */
+	__u8 addr[16]; /* network order, host bits zero; IPv4 in the first 4 */
+};
+
+/* Key of `egress_bindings` (one cgroup bound to one policy); value __u8. */
+struct krt_egress_binding_key {
+	__u8 id[KRT_EGRESS_POLICY_ID_LEN];
+	__u64 cgroup_id;
+};
+
+/*
+ * The ledger and its layout version (see above): userspace bookkeeping for
+ * restarts, pinned with the maps above. The program never reads them.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct krt_egress_meta);
+} egress_meta SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_POLICIES);
+	__type(key, struct krt_egress_policy_key);
+	__type(value, struct krt_egress_policy);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} egress_policies SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_LEDGER_RULES);
+	__type(key, struct krt_egress_rule_key);
+	__type(value, __u8);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} egress_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_BINDINGS);
+	__type(key, struct krt_egress_binding_key);
+	__type(value, __u8);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} egress_bindings SEC(".maps");
+
+/*
  * Never used: they put the enums into the object's BTF, so the skeleton
  * generates their Rust constants (no map or global refers to them).
  */
 enum krt_egress_flag krt_egress_flag_btf_anchor = 0;
 enum krt_egress_decision krt_egress_decision_btf_anchor = 0;
 enum krt_egress_family krt_egress_family_btf_anchor = 0;
+enum krt_egress_layout krt_egress_layout_btf_anchor = 0;
+enum krt_egress_policy_kind krt_egress_policy_kind_btf_anchor = 0;
+enum krt_egress_policy_flag krt_egress_policy_flag_btf_anchor = 0;
 
 static __always_inline void count(__u64 *counter)
 {

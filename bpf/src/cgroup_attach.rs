@@ -12,7 +12,10 @@
 //! `BPF_PROG_ATTACH` without flags) makes the kernel refuse the link
 //! (`EPERM`), which surfaces as [`AttachError::Attach`], never silently. A
 //! link is held by its fd: dropping a [`CgroupLink`] detaches exactly that
-//! program from exactly that cgroup and leaves the others alone.
+//! program from exactly that cgroup and leaves the others alone. A *pinned*
+//! link (the egress filter pins its links when it is loaded with a pin
+//! directory) is also held by its pin, so it stays attached when the
+//! process exits, until the pin is removed.
 //!
 //! # Ordering
 //!
@@ -77,13 +80,21 @@ pub fn cgroup_id(dir: &Path) -> Result<u64, AttachError> {
 }
 
 /// One program attached to the egress of one cgroup v2 directory (and its
-/// descendants). Detached when dropped.
+/// descendants). Detached when dropped, unless it is pinned: a pinned link
+/// stays attached until its pin is removed as well (the egress filter's
+/// `detach_cgroup` does both), which is what lets enforcement outlive the
+/// process.
 pub struct CgroupLink {
     program: &'static str,
     path: PathBuf,
     cgroup_id: u64,
-    // Held for its drop, which closes the link's fd and so detaches.
-    _link: libbpf_rs::Link,
+    /// Where the link is pinned, if it is.
+    pin: Option<PathBuf>,
+    // Held for its drop, which closes the link's fd and so detaches (when
+    // nothing else, such as a pin, holds the link). A stub build never
+    // reads it (no handle can be loaded there).
+    #[cfg_attr(krt_bpf_stub, allow(dead_code))]
+    link: libbpf_rs::Link,
 }
 
 impl fmt::Debug for CgroupLink {
@@ -92,6 +103,7 @@ impl fmt::Debug for CgroupLink {
             .field("program", &self.program)
             .field("path", &self.path)
             .field("cgroup_id", &self.cgroup_id)
+            .field("pin", &self.pin)
             .finish_non_exhaustive()
     }
 }
@@ -102,9 +114,52 @@ impl CgroupLink {
         self.program
     }
 
-    /// The cgroup directory it is attached to.
+    /// The cgroup directory it is attached to. A link adopted from a pin
+    /// left by an earlier process does not know its directory (the kernel
+    /// records only the cgroup id): its path is then the pin's.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Where the link is pinned, if it is.
+    pub fn pin_path(&self) -> Option<&Path> {
+        self.pin.as_deref()
+    }
+
+    /// A link opened from its pin at `pin` (left by an earlier process),
+    /// attaching `program` to cgroup `cgroup_id`.
+    #[cfg(not(krt_bpf_stub))]
+    pub(crate) fn from_pin(
+        program: &'static str,
+        pin: &Path,
+        cgroup_id: u64,
+        link: libbpf_rs::Link,
+    ) -> Self {
+        Self {
+            program,
+            path: pin.to_owned(),
+            cgroup_id,
+            pin: Some(pin.to_owned()),
+            link,
+        }
+    }
+
+    /// The libbpf link (to read its info).
+    #[cfg(not(krt_bpf_stub))]
+    pub(crate) fn link(&self) -> &libbpf_rs::Link {
+        &self.link
+    }
+
+    /// The libbpf link (to pin it, or to swap its program).
+    #[cfg(not(krt_bpf_stub))]
+    pub(crate) fn link_mut(&mut self) -> &mut libbpf_rs::Link {
+        &mut self.link
+    }
+
+    /// Records that the link is now pinned at `pin`.
+    #[cfg(not(krt_bpf_stub))]
+    pub(crate) fn set_pin(&mut self, pin: Option<PathBuf>) {
+        self.pin = pin;
     }
 
     /// The cgroup's id (its inode number when attached).
@@ -112,7 +167,8 @@ impl CgroupLink {
         self.cgroup_id
     }
 
-    /// Detaches now (the same as dropping it, spelled out).
+    /// Closes the link now (the same as dropping it, spelled out): it
+    /// detaches unless it is pinned.
     pub fn detach(self) {}
 }
 
@@ -153,7 +209,8 @@ pub(crate) fn attach_egress(
         program: name,
         path: dir.to_owned(),
         cgroup_id: id,
-        _link: link,
+        pin: None,
+        link,
     })
 }
 

@@ -34,11 +34,53 @@
 //! path, counted ([`EgressManager::rejected_total`]) and kept for the
 //! policy's status, never dropped silently.
 //!
+//! # Restarts
+//!
+//! [`EgressEnforcer::load_pinned`] pins the filter's maps and every
+//! per-cgroup link under a bpffs directory (`<dir>/maps/<name>`,
+//! `<dir>/links/<cgroup id>`), so the programs stay attached and keep
+//! enforcing when the daemon exits. The next daemon's `load_pinned` over
+//! the same directory reuses the maps before its object loads and switches
+//! each pinned link to its own program atomically: no packet of a filtered
+//! cgroup passes unfiltered across the restart.
+//!
+//! The maps hold per-cgroup unions, from which the per-policy state
+//! ([`Enforcer::held`]) cannot be recovered: two policies bound to one
+//! cgroup leave one set. So the backend also writes a *ledger* into three
+//! pinned maps the program never reads (no regular files can live on
+//! bpffs): per policy its kind and default-deny flag, its prefixes, and its
+//! bound cgroups. On adoption ([`EgressEnforcer::adopt`]):
+//!
+//! - each ledger policy becomes a [`Held`] (program from its record and
+//!   prefixes, cgroups from its bindings); bindings of cgroups whose link
+//!   is not pinned any more are dropped (held never claims what the kernel
+//!   does not enforce, so the manager re-binds them);
+//! - each filtered cgroup's mirror (its set id, entries and flags) is read
+//!   from `cgroup_filters` and the tries, so it is what the kernel really
+//!   holds, and set ids continue after the highest adopted one;
+//! - leftovers of an interrupted change are cleaned (entries of sets no
+//!   cgroup uses, map entries without a link, ledger entries without a
+//!   policy record), and each cgroup is synced once to the union of its
+//!   adopted policies, which writes nothing when the previous process
+//!   stopped between changes.
+//!
+//! The ledger is written before the kernel for what a call adds and in the
+//! same call for what it removes, so after a crash at any point the ledger
+//! describes the state before or after the interrupted call (or, for an
+//! update, part of its diff), and the adoption's sync makes the kernel
+//! match it. [`EgressManager::new`] then starts from the adopted state and,
+//! until [`EgressManager::reconcile_adopted`], keeps every adopted policy
+//! and every adopted binding of a pod it has not seen yet.
+//!
+//! A pin directory of another layout version (or an incomplete one) is
+//! discarded and logged: its map pins are removed and the backend starts
+//! empty, while its links keep enforcing the old state until the cgroup is
+//! attached anew (which replaces the pin) or until `reconcile_adopted`
+//! releases them. [`EgressEnforcer::remove_pins`] removes everything
+//! (uninstall).
+//!
 //! # Limits
 //!
-//! - Nothing is pinned: [`Enforcer::held`] reports only this process's
-//!   state, so a restart starts empty (and the old process's links go with
-//!   its fds).
 //! - Per-destination observations are counted only for cgroups bound to an
 //!   observe policy; refusals of enforce-only cgroups are counted in the
 //!   filter's node-wide [`Stats`](kyverno_runtime_bpf::egress::Stats), not
@@ -50,9 +92,10 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kyverno_runtime_bpf::cgroup_attach::{CgroupAttachments, CgroupLink};
+use kyverno_runtime_bpf::cgroup_attach::CgroupLink;
 use kyverno_runtime_bpf::egress::{
-    self as bpf, EgressError, EgressFilter, FilterFlags, Prefix, Verdict,
+    self as bpf, EgressError, EgressFilter, FilterFlags, LedgerKind, PinOutcome, PinnedState,
+    Prefix, Verdict,
 };
 use kyverno_runtime_compat::{Backend, Behavior};
 use kyverno_runtime_policy::selector::PodTarget;
@@ -234,6 +277,14 @@ pub trait CgroupPaths {
     fn set_cgroup_path(&mut self, cgroup: CgroupId, path: PathBuf);
     /// Forgets it (its pod is gone).
     fn forget_cgroup_path(&mut self, cgroup: CgroupId);
+    /// Releases what a previous process left attached that this backend
+    /// does not own (the links of a discarded pin layout), once the
+    /// manager has re-programmed what it wants
+    /// ([`EgressManager::reconcile_adopted`]); returns how many went.
+    /// Backends that adopt nothing have nothing to release.
+    fn release_unowned(&mut self) -> Result<usize> {
+        Ok(0)
+    }
 }
 
 /// The reference model attaches nothing, so it needs no paths.
@@ -270,44 +321,173 @@ pub trait EgressKernel: Send {
     fn detach(&mut self, cgroup: CgroupId) -> Result<(), EgressError>;
     /// Reads and resets the per-destination counters.
     fn drain(&mut self) -> Result<Vec<bpf::Observation>, EgressError>;
+
+    /// Records policy `policy` in the ledger (see the [module
+    /// docs](self#restarts)) as `kind`, or removes its record (`None`).
+    /// A kernel that is not pinned records nothing.
+    fn ledger_policy(
+        &mut self,
+        policy: &[u8],
+        kind: Option<LedgerKind>,
+    ) -> Result<(), EgressError> {
+        let _ = (policy, kind);
+        Ok(())
+    }
+
+    /// Records or removes one prefix of a policy in the ledger.
+    fn ledger_rule(
+        &mut self,
+        policy: &[u8],
+        verdict: Verdict,
+        prefix: Prefix,
+        present: bool,
+    ) -> Result<(), EgressError> {
+        let _ = (policy, verdict, prefix, present);
+        Ok(())
+    }
+
+    /// Records or removes the binding of `cgroup` to a policy in the
+    /// ledger.
+    fn ledger_binding(
+        &mut self,
+        policy: &[u8],
+        cgroup: CgroupId,
+        present: bool,
+    ) -> Result<(), EgressError> {
+        let _ = (policy, cgroup, present);
+        Ok(())
+    }
+
+    /// What a pinned load adopted from an earlier process (the maps'
+    /// contents and the cgroups whose links it holds); `None` when it
+    /// adopted nothing.
+    fn adopted(&mut self) -> Result<Option<Adopted>, EgressError> {
+        Ok(None)
+    }
+
+    /// Releases the links a pinned load found but does not serve (see
+    /// [`bpf::PinnedLinks::stale`]); returns how many.
+    fn release_stale(&mut self) -> Result<usize, EgressError> {
+        Ok(0)
+    }
+}
+
+/// What an [`EgressKernel`] adopted from pins an earlier process left.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Adopted {
+    /// The maps' contents: filters, set entries, the ledger.
+    pub state: PinnedState,
+    /// The cgroups whose pinned links were adopted (the program is
+    /// attached to them).
+    pub attached: BTreeSet<CgroupId>,
 }
 
 /// The real kernel: one loaded [`EgressFilter`] and its links, keyed by
-/// cgroup path.
+/// cgroup id.
 #[derive(Debug)]
 pub struct KernelEgress {
     filter: EgressFilter,
-    links: CgroupAttachments<CgroupLink>,
-    paths: BTreeMap<CgroupId, PathBuf>,
+    links: BTreeMap<CgroupId, CgroupLink>,
+    /// Pinned links a previous process left that this state does not
+    /// serve (see [`bpf::PinnedLinks::stale`]).
+    stale: BTreeMap<CgroupId, CgroupLink>,
+    /// Whether the ledger is kept (only with pins: without them nothing
+    /// outlives the process, and the writes would be wasted).
+    ledger: bool,
+    mutations: u64,
 }
 
 impl KernelEgress {
-    /// Loads the filter (root needed).
+    /// Loads the filter (root needed), unpinned: everything goes with the
+    /// process.
     pub fn load() -> Result<Self, EgressError> {
         Ok(Self {
             filter: EgressFilter::load()?,
-            links: CgroupAttachments::new(),
-            paths: BTreeMap::new(),
+            links: BTreeMap::new(),
+            stale: BTreeMap::new(),
+            ledger: false,
+            mutations: 0,
         })
     }
 
-    /// The loaded filter (its stats, for metrics).
+    /// Loads the filter pinned under `dir` (a bpffs directory, created if
+    /// missing), adopting what an earlier process pinned there (see the
+    /// [module docs](self#restarts)); a pin set of another layout is
+    /// discarded, with a warning.
+    pub fn load_pinned(dir: &Path) -> Result<Self, EgressError> {
+        let mut filter = EgressFilter::load_pinned(dir)?;
+        let pinned = filter.take_pinned_links();
+        match filter.pin_outcome() {
+            PinOutcome::Discarded { reason } => tracing::warn!(
+                pin_dir = %dir.display(),
+                %reason,
+                stale_links = pinned.stale.len(),
+                "egress: discarding pinned state of an incompatible layout; its links keep enforcing until replaced or reconciled"
+            ),
+            PinOutcome::Adopted => tracing::info!(
+                pin_dir = %dir.display(),
+                links = pinned.adopted.len(),
+                stale_links = pinned.stale.len(),
+                "egress: adopting pinned state"
+            ),
+            PinOutcome::Fresh | PinOutcome::Unpinned => tracing::debug!(
+                pin_dir = %dir.display(),
+                "egress: nothing pinned yet"
+            ),
+        }
+        Ok(Self {
+            filter,
+            links: pinned
+                .adopted
+                .into_iter()
+                .map(|l| (l.cgroup_id(), l))
+                .collect(),
+            stale: pinned
+                .stale
+                .into_iter()
+                .map(|l| (l.cgroup_id(), l))
+                .collect(),
+            ledger: true,
+            mutations: 0,
+        })
+    }
+
+    /// The loaded filter (its stats, for metrics; its pin outcome).
     pub fn filter(&self) -> &EgressFilter {
         &self.filter
     }
 
-    /// The directories attached now.
+    /// The directories attached now (for a link adopted from a pin, its
+    /// pin: the kernel does not record the directory).
     pub fn attached(&self) -> impl Iterator<Item = &Path> {
-        self.links.paths()
+        self.links.values().map(CgroupLink::path)
+    }
+
+    /// How many stale links (see [`bpf::PinnedLinks::stale`]) are held.
+    pub fn stale_links(&self) -> usize {
+        self.stale.len()
+    }
+
+    /// How many kernel writes (map updates and deletes, attaches,
+    /// detaches, ledger writes) went through this handle: what a test
+    /// asserts stays put when a change is a no-op.
+    pub fn mutations(&self) -> u64 {
+        self.mutations
+    }
+
+    fn count(&mut self) {
+        self.mutations = self.mutations.saturating_add(1);
     }
 }
 
 impl EgressKernel for KernelEgress {
     fn insert(&mut self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<(), EgressError> {
+        self.count();
         self.filter.insert(set_id, verdict, prefix)
     }
 
     fn remove(&mut self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<(), EgressError> {
+        self.count();
         self.filter.remove(set_id, verdict, prefix).map(|_| ())
     }
 
@@ -318,25 +498,30 @@ impl EgressKernel for KernelEgress {
         set_id: u32,
         flags: FilterFlags,
     ) -> Result<(), EgressError> {
-        let filter = &self.filter;
-        self.links
-            .attach_with(path, |dir| filter.attach_cgroup(dir, set_id, flags))?;
-        let attached_id = self.links_id(path);
-        if attached_id != Some(cgroup) {
+        if self.links.contains_key(&cgroup) {
+            return Ok(());
+        }
+        self.count();
+        let link = self.filter.attach_cgroup(path, set_id, flags)?;
+        if link.cgroup_id() != cgroup {
             // The path names another cgroup (recreated, or a stale path):
             // undo, or the wrong cgroup would be filtered.
-            if let Some(link) = self.links.take(path) {
-                let _ = self.filter.detach_cgroup(link);
-            }
+            let attached_id = link.cgroup_id();
+            let _ = self.filter.detach_cgroup(link);
             return Err(EgressError::Layout {
                 map: "cgroup_filters",
                 what: format!(
-                    "path {} is cgroup {attached_id:?}, not {cgroup}",
+                    "path {} is cgroup {attached_id}, not {cgroup}",
                     path.display()
                 ),
             });
         }
-        self.paths.insert(cgroup, path.to_owned());
+        self.links.insert(cgroup, link);
+        if let Some(old) = self.stale.remove(&cgroup) {
+            // Its pin was just replaced by the new link's: closing it
+            // detaches the old program.
+            self.filter.release_link(old)?;
+        }
         Ok(())
     }
 
@@ -346,16 +531,15 @@ impl EgressKernel for KernelEgress {
         set_id: u32,
         flags: FilterFlags,
     ) -> Result<(), EgressError> {
+        self.count();
         self.filter.set_filter(cgroup, set_id, flags)
     }
 
     fn detach(&mut self, cgroup: CgroupId) -> Result<(), EgressError> {
-        let Some(path) = self.paths.remove(&cgroup) else {
-            // Never attached: make sure no map entry is left either.
-            return self.filter.remove_cgroup(cgroup).map(|_| ());
-        };
-        match self.links.take(&path) {
+        self.count();
+        match self.links.remove(&cgroup) {
             Some(link) => self.filter.detach_cgroup(link).map(|_| ()),
+            // Never attached: make sure no map entry is left either.
             None => self.filter.remove_cgroup(cgroup).map(|_| ()),
         }
     }
@@ -363,16 +547,73 @@ impl EgressKernel for KernelEgress {
     fn drain(&mut self) -> Result<Vec<bpf::Observation>, EgressError> {
         self.filter.drain_observations()
     }
-}
 
-impl KernelEgress {
-    fn links_id(&self, path: &Path) -> Option<CgroupId> {
-        // CgroupAttachments hands out no reference by path, so read the id
-        // back from the directory the link was made from.
-        self.links
-            .contains(path)
-            .then(|| kyverno_runtime_bpf::cgroup_attach::cgroup_id(path).ok())
-            .flatten()
+    fn ledger_policy(
+        &mut self,
+        policy: &[u8],
+        kind: Option<LedgerKind>,
+    ) -> Result<(), EgressError> {
+        if !self.ledger {
+            return Ok(());
+        }
+        self.count();
+        self.filter.ledger_set_policy(policy, kind)
+    }
+
+    fn ledger_rule(
+        &mut self,
+        policy: &[u8],
+        verdict: Verdict,
+        prefix: Prefix,
+        present: bool,
+    ) -> Result<(), EgressError> {
+        if !self.ledger {
+            return Ok(());
+        }
+        self.count();
+        self.filter
+            .ledger_set_rule(policy, verdict, prefix, present)
+    }
+
+    fn ledger_binding(
+        &mut self,
+        policy: &[u8],
+        cgroup: CgroupId,
+        present: bool,
+    ) -> Result<(), EgressError> {
+        if !self.ledger {
+            return Ok(());
+        }
+        self.count();
+        self.filter.ledger_set_binding(policy, cgroup, present)
+    }
+
+    fn adopted(&mut self) -> Result<Option<Adopted>, EgressError> {
+        if self.filter.pin_outcome() != &PinOutcome::Adopted {
+            return Ok(None);
+        }
+        Ok(Some(Adopted {
+            state: self.filter.read_state()?,
+            attached: self.links.keys().copied().collect(),
+        }))
+    }
+
+    fn release_stale(&mut self) -> Result<usize, EgressError> {
+        let mut released = 0;
+        let mut first = Ok(());
+        for (cgroup, link) in std::mem::take(&mut self.stale) {
+            self.count();
+            match self.filter.release_link(link) {
+                Ok(()) => released += 1,
+                Err(e) => {
+                    tracing::warn!(cgroup, error = %e, "egress: releasing a stale link failed");
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
+                }
+            }
+        }
+        first.map(|()| released)
     }
 }
 
@@ -442,12 +683,65 @@ impl<K> fmt::Debug for EgressEnforcer<K> {
 }
 
 impl EgressEnforcer<KernelEgress> {
-    /// Loads the egress filter and serves the network behavior with it.
+    /// Loads the egress filter, unpinned, and serves the network behavior
+    /// with it: its programs detach when the process exits.
     pub fn load() -> Result<Self> {
         KernelEgress::load()
             .map(Self::new)
             .map_err(|e| kernel_error("loading the egress filter".to_owned(), &e))
     }
+
+    /// Loads the egress filter pinned under `dir` (a bpffs directory,
+    /// created if missing, e.g. `<pin dir>/egress`) and adopts what an
+    /// earlier process pinned there ([`Self::adopt`]): its programs and
+    /// maps outlive the process, and [`Enforcer::held`] starts from what
+    /// the earlier one held. See the [module docs](self#restarts).
+    ///
+    /// Pinned state that loads but cannot be read back (an undecodable
+    /// entry) is discarded too, with a warning: the map pins are removed
+    /// and the filter loaded afresh, its links left enforcing until
+    /// replaced or reconciled.
+    pub fn load_pinned(dir: &Path) -> Result<Self> {
+        let load = || {
+            KernelEgress::load_pinned(dir).map_err(|e| {
+                kernel_error(
+                    format!("loading the egress filter pinned at {}", dir.display()),
+                    &e,
+                )
+            })
+        };
+        match Self::adopt(load()?) {
+            Err(e @ EnforceError::Adopt { .. }) => {
+                tracing::warn!(pin_dir = %dir.display(), error = %e, "egress: discarding pinned state that cannot be read back");
+                EgressFilter::discard_pinned_maps(dir).map_err(|e| {
+                    kernel_error(
+                        format!("discarding the maps pinned at {}", dir.display()),
+                        &e,
+                    )
+                })?;
+                Self::adopt(load()?)
+            }
+            other => other,
+        }
+    }
+
+    /// Removes everything pinned under `dir` (uninstall): each link
+    /// detaches once no process holds it, after an RCU grace period.
+    pub fn remove_pins(dir: &Path) -> std::io::Result<()> {
+        EgressFilter::remove_pins(dir)
+    }
+}
+
+fn adopt_err(reason: String) -> EnforceError {
+    EnforceError::Adopt {
+        behavior: BEHAVIOR,
+        reason,
+    }
+}
+
+/// A policy id as the ledger keys it.
+fn ledger_id(policy: &PolicyId) -> &[u8] {
+    policy.as_str().as_bytes()
 }
 
 impl<K: EgressKernel> EgressEnforcer<K> {
@@ -463,9 +757,181 @@ impl<K: EgressKernel> EgressEnforcer<K> {
         }
     }
 
+    /// A backend over `kernel`, adopting what it adopted from pins (see the
+    /// [module docs](self#restarts)): the policies of the ledger become
+    /// [`Enforcer::held`], each filtered cgroup's mirror is read from the
+    /// maps, leftovers of an interrupted change are cleaned, and each
+    /// cgroup is synced once to the union of its policies. Over a kernel
+    /// that adopted nothing this is [`Self::new`]. Fails only when the
+    /// pinned state cannot be read.
+    pub fn adopt(kernel: K) -> Result<Self> {
+        let mut b = Self::new(kernel);
+        let Some(Adopted { state, attached }) = b
+            .kernel
+            .adopted()
+            .map_err(|e| adopt_err(format!("reading the pinned maps: {e}")))?
+        else {
+            return Ok(b);
+        };
+        let PinnedState {
+            filters,
+            sets: entries,
+            ledger,
+        } = state;
+
+        // Cgroups: the mirror is what the maps hold. A map entry without
+        // an adopted link (an interrupted attach or detach), or one that
+        // shares its set with another cgroup (never written so), is
+        // revoked: no program of this object filters it.
+        let mut used = BTreeSet::new();
+        for (cgroup, (set_id, flags)) in filters {
+            if attached.contains(&cgroup) && used.insert(set_id) {
+                let e = entries.get(&set_id).cloned().unwrap_or_default();
+                b.sets.insert(
+                    cgroup,
+                    CgroupSet {
+                        set_id,
+                        kernel: SetState {
+                            allow: e.allow,
+                            deny: e.deny,
+                            flags,
+                        },
+                        attached: true,
+                    },
+                );
+            } else if let Err(e) = b.kernel.detach(cgroup) {
+                tracing::warn!(cgroup, error = %e, "egress adoption: revoking an unattached cgroup failed");
+            }
+        }
+        // Entries of sets no cgroup uses (an interrupted release).
+        for (set_id, e) in &entries {
+            if used.contains(set_id) {
+                continue;
+            }
+            for (verdict, list) in [(Verdict::Allow, &e.allow), (Verdict::Deny, &e.deny)] {
+                for p in list {
+                    if let Err(e) = b.kernel.remove(*set_id, verdict, *p) {
+                        tracing::warn!(set = set_id, prefix = %p, error = %e, "egress adoption: removing an unused entry failed");
+                    }
+                }
+            }
+        }
+        if let Some(max) = used.iter().max() {
+            b.next_set_id = max.wrapping_add(1).max(1);
+            if *max <= 1 << 16 {
+                b.free_set_ids = (1..*max).rev().filter(|id| !used.contains(id)).collect();
+            }
+        }
+
+        // Policies: from the ledger. Bindings of cgroups not attached any
+        // more are dropped (and forgotten), so the manager binds them
+        // anew; entries of ids without a record are an interrupted
+        // removal, cleaned.
+        for (raw, entry) in ledger {
+            let id = std::str::from_utf8(&raw)
+                .ok()
+                .and_then(|s| PolicyId::new(s).ok());
+            let program = match entry.kind {
+                Some(LedgerKind::Enforce { default_deny }) => Some(Program::Enforce(Rules {
+                    allow: entry.allow.clone(),
+                    deny: entry.deny.clone(),
+                    default_deny,
+                })),
+                Some(LedgerKind::Observe) => Some(Program::Observe),
+                None => None,
+            };
+            let (Some(id), Some(program)) = (id, program) else {
+                b.forget_ledger(&raw, &entry);
+                continue;
+            };
+            if program.is_observe() {
+                // An observer has no rules: stray ones are forgotten.
+                let rules_only = bpf::LedgerPolicy {
+                    kind: None,
+                    cgroups: BTreeSet::new(),
+                    ..entry.clone()
+                };
+                b.forget_ledger(&raw, &rules_only);
+            }
+            let mut cgroups = BTreeSet::new();
+            for c in entry.cgroups {
+                if b.sets.contains_key(&c) {
+                    cgroups.insert(c);
+                } else if let Err(e) = b.kernel.ledger_binding(&raw, c, false) {
+                    tracing::warn!(policy = %id, cgroup = c, error = %e, "egress adoption: forgetting a binding failed");
+                }
+            }
+            b.policies.insert(id, Held { program, cgroups });
+        }
+
+        // Each cgroup to the union of its adopted policies: nothing is
+        // written when the maps already hold it.
+        let cgroups: BTreeSet<CgroupId> = b.sets.keys().copied().collect();
+        if let Err(e) = b.sync_all(&cgroups) {
+            tracing::warn!(error = %e, "egress adoption: a cgroup did not converge; retried on its next change");
+        }
+        tracing::info!(
+            policies = b.policies.len(),
+            cgroups = b.sets.len(),
+            "egress: adopted pinned state"
+        );
+        Ok(b)
+    }
+
+    /// Removes every ledger entry of `entry` (best effort, logged).
+    fn forget_ledger(&mut self, raw: &[u8], entry: &bpf::LedgerPolicy) {
+        let id = String::from_utf8_lossy(raw).into_owned();
+        let mut failed = Vec::new();
+        for c in &entry.cgroups {
+            failed.extend(self.kernel.ledger_binding(raw, *c, false).err());
+        }
+        for (verdict, list) in [(Verdict::Allow, &entry.allow), (Verdict::Deny, &entry.deny)] {
+            for p in list {
+                failed.extend(self.kernel.ledger_rule(raw, verdict, *p, false).err());
+            }
+        }
+        if entry.kind.is_some() {
+            failed.extend(self.kernel.ledger_policy(raw, None).err());
+        }
+        for e in failed {
+            tracing::warn!(policy = %id, error = %e, "egress adoption: forgetting a ledger entry failed");
+        }
+    }
+
+    /// Writes `rules`' entries into the ledger (`present`) or out of it,
+    /// deny entries first; on a failure, returns it after undoing what it
+    /// wrote (best effort).
+    fn ledger_rules(
+        &mut self,
+        policy: &PolicyId,
+        rules: &[(Verdict, Prefix)],
+        present: bool,
+    ) -> Result<()> {
+        for (i, (verdict, p)) in rules.iter().enumerate() {
+            if let Err(e) = self
+                .kernel
+                .ledger_rule(ledger_id(policy), *verdict, *p, present)
+            {
+                for (verdict, p) in &rules[..i] {
+                    let _ = self
+                        .kernel
+                        .ledger_rule(ledger_id(policy), *verdict, *p, !present);
+                }
+                return Err(kernel_error(format!("recording policy {policy}"), &e));
+            }
+        }
+        Ok(())
+    }
+
     /// The kernel side.
     pub fn kernel(&self) -> &K {
         &self.kernel
+    }
+
+    /// The kernel side, taken out (tests: a restart over the same kernel
+    /// state, with [`Self::adopt`]).
+    pub fn into_kernel(self) -> K {
+        self.kernel
     }
 
     /// The kernel side, mutably (tests: simulated packets).
@@ -687,6 +1153,32 @@ impl<K: EgressKernel> CgroupPaths for EgressEnforcer<K> {
     fn forget_cgroup_path(&mut self, cgroup: CgroupId) {
         self.paths.remove(&cgroup);
     }
+
+    fn release_unowned(&mut self) -> Result<usize> {
+        self.kernel
+            .release_stale()
+            .map_err(|e| kernel_error("releasing stale links".to_owned(), &e))
+    }
+}
+
+/// The ledger entries of an enforce program's lists, deny entries first.
+fn rule_entries(rules: &Rules<Prefix>) -> Vec<(Verdict, Prefix)> {
+    rules
+        .deny
+        .iter()
+        .map(|p| (Verdict::Deny, *p))
+        .chain(rules.allow.iter().map(|p| (Verdict::Allow, *p)))
+        .collect()
+}
+
+/// How the ledger records a program.
+fn ledger_kind(program: &Program<Prefix>) -> LedgerKind {
+    match program {
+        Program::Enforce(r) => LedgerKind::Enforce {
+            default_deny: r.default_deny,
+        },
+        Program::Observe => LedgerKind::Observe,
+    }
 }
 
 impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
@@ -709,7 +1201,25 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
                 source: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
             });
         }
-        // Bound to nothing yet: no kernel change.
+        // Bound to nothing yet: no filter change, only the ledger (its
+        // record last, so an interrupted add leaves only entries without a
+        // record, which the next adoption cleans).
+        let entries = match program {
+            Program::Enforce(rules) => rule_entries(rules),
+            Program::Observe => Vec::new(),
+        };
+        self.ledger_rules(policy, &entries, true)?;
+        if let Err(e) = self
+            .kernel
+            .ledger_policy(ledger_id(policy), Some(ledger_kind(program)))
+        {
+            for (verdict, p) in &entries {
+                let _ = self
+                    .kernel
+                    .ledger_rule(ledger_id(policy), *verdict, *p, false);
+            }
+            return Err(kernel_error(format!("recording policy {policy}"), &e));
+        }
         self.policies.insert(
             policy.clone(),
             Held {
@@ -725,7 +1235,7 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
             .policies
             .get_mut(policy)
             .ok_or_else(|| EnforceError::UnknownPolicy(policy.clone(), BEHAVIOR))?;
-        let Program::Enforce(rules) = &mut held.program else {
+        if !matches!(held.program, Program::Enforce(_)) {
             if diff.is_empty() {
                 return Ok(());
             }
@@ -737,6 +1247,38 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
                     "an observe policy has no rules to update",
                 ),
             });
+        }
+        // The ledger first, in the diff's tightening order; a failure
+        // leaves the rules as they were (the manager retries the diff,
+        // and every ledger write is idempotent).
+        let added: Vec<(Verdict, Prefix)> = diff
+            .add_deny
+            .iter()
+            .map(|p| (Verdict::Deny, *p))
+            .chain(diff.add_allow.iter().map(|p| (Verdict::Allow, *p)))
+            .collect();
+        let removed: Vec<(Verdict, Prefix)> = diff
+            .remove_allow
+            .iter()
+            .map(|p| (Verdict::Allow, *p))
+            .chain(diff.remove_deny.iter().map(|p| (Verdict::Deny, *p)))
+            .collect();
+        self.ledger_rules(policy, &added, true)?;
+        if let Some(default_deny) = diff.default_deny {
+            self.kernel
+                .ledger_policy(
+                    ledger_id(policy),
+                    Some(LedgerKind::Enforce { default_deny }),
+                )
+                .map_err(|e| kernel_error(format!("recording policy {policy}"), &e))?;
+        }
+        self.ledger_rules(policy, &removed, false)?;
+        let Some(Held {
+            program: Program::Enforce(rules),
+            cgroups,
+        }) = self.policies.get_mut(policy)
+        else {
+            return Ok(());
         };
         rules.allow.extend(diff.add_allow.iter().copied());
         rules.deny.extend(diff.add_deny.iter().copied());
@@ -745,17 +1287,36 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
         }
         rules.allow.retain(|v| !diff.remove_allow.contains(v));
         rules.deny.retain(|v| !diff.remove_deny.contains(v));
-        let cgroups = held.cgroups.clone();
+        let cgroups = cgroups.clone();
         // Each bound cgroup's union is recomputed and applied tightening
         // first, so the diff's adds land before its removes.
         self.sync_all(&cgroups)
     }
 
     fn remove_policy(&mut self, policy: &PolicyId) -> Result<()> {
-        let Some(held) = self.policies.remove(policy) else {
+        let Some(held) = self.policies.get(policy) else {
             return Ok(());
         };
-        self.sync_all(&held.cgroups)
+        // The ledger first, its record first (an interrupted removal
+        // leaves entries without a record: not adopted, cleaned); a
+        // failure keeps the policy, and the retry rewrites every delete.
+        let entries = match &held.program {
+            Program::Enforce(rules) => rule_entries(rules),
+            Program::Observe => Vec::new(),
+        };
+        let cgroups = held.cgroups.clone();
+        let id = ledger_id(policy);
+        let recorded = self.kernel.ledger_policy(id, None).and_then(|()| {
+            cgroups
+                .iter()
+                .try_for_each(|c| self.kernel.ledger_binding(id, *c, false))?;
+            entries
+                .iter()
+                .try_for_each(|(verdict, p)| self.kernel.ledger_rule(id, *verdict, *p, false))
+        });
+        recorded.map_err(|e| kernel_error(format!("forgetting policy {policy}"), &e))?;
+        self.policies.remove(policy);
+        self.sync_all(&cgroups)
     }
 
     fn bind(&mut self, policy: &PolicyId, cgroup: CgroupId) -> Result<()> {
@@ -764,6 +1325,20 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
             .get_mut(policy)
             .ok_or_else(|| EnforceError::UnknownPolicy(policy.clone(), BEHAVIOR))?;
         let fresh = held.cgroups.insert(cgroup);
+        if fresh {
+            // Recorded before the kernel: an interrupted bind is adopted
+            // as bound only if the cgroup's link was pinned, and then
+            // synced to include this policy.
+            if let Err(e) = self.kernel.ledger_binding(ledger_id(policy), cgroup, true) {
+                if let Some(h) = self.policies.get_mut(policy) {
+                    h.cgroups.remove(&cgroup);
+                }
+                return Err(kernel_error(
+                    format!("recording the binding of cgroup {cgroup} to {policy}"),
+                    &e,
+                ));
+            }
+        }
         let result = self.sync(cgroup);
         if result.is_err() && fresh {
             // Not bound after all; converge the cgroup back to what its
@@ -771,6 +1346,7 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
             if let Some(h) = self.policies.get_mut(policy) {
                 h.cgroups.remove(&cgroup);
             }
+            let _ = self.kernel.ledger_binding(ledger_id(policy), cgroup, false);
             let _ = self.sync(cgroup);
         }
         result
@@ -788,6 +1364,15 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
             } else {
                 Ok(())
             };
+        }
+        if let Err(e) = self.kernel.ledger_binding(ledger_id(policy), cgroup, false) {
+            if let Some(h) = self.policies.get_mut(policy) {
+                h.cgroups.insert(cgroup);
+            }
+            return Err(kernel_error(
+                format!("forgetting the binding of cgroup {cgroup} to {policy}"),
+                &e,
+            ));
         }
         self.sync(cgroup)
     }
@@ -908,6 +1493,18 @@ struct DesiredPolicy {
     rejections: Vec<EgressRejection>,
 }
 
+/// State kept between [`EgressManager::new`] over a backend that holds
+/// something (adopted pins) and [`EgressManager::reconcile_adopted`].
+#[derive(Debug, Default)]
+struct Adoption {
+    /// Every cgroup of every pod seen since the restart. A held binding of
+    /// any other cgroup belongs to a pod not synced yet, and is kept.
+    known_cgroups: BTreeSet<CgroupId>,
+    /// Policies deleted since the restart: removed even before the
+    /// reconcile, since they were asked to go.
+    deleted: BTreeSet<PolicyId>,
+}
+
 /// The network manager over a backend `B` (the kernel [`EgressEnforcer`],
 /// or [`FakeEnforcer`] in tests). It keeps the desired state and a mirror
 /// of what the backend holds, and converges the one to the other after
@@ -915,6 +1512,17 @@ struct DesiredPolicy {
 /// then update then bind; rebuild across observe/enforce; unbind then
 /// remove. On a pod event, policies that are not default deny are bound
 /// first and unbound last.
+///
+/// # Restart
+///
+/// [`EgressManager::new`] starts from what the backend holds (after a
+/// restart, what the previous process pinned) and, as the openexec
+/// manager does, keeps enforcing it until
+/// [`EgressManager::reconcile_adopted`]: a held policy that has not been
+/// upserted again is left alone, and a held binding is only dropped once
+/// the pod owning that cgroup is known not to be selected. The reconcile,
+/// called once policies and pods are synced, removes whatever is left over
+/// and releases the links of a discarded pin layout.
 pub struct EgressManager<B> {
     backend: B,
     held: BTreeMap<PolicyId, Held<Prefix>>,
@@ -922,6 +1530,7 @@ pub struct EgressManager<B> {
     pods: BTreeMap<String, NetworkPod>,
     failures: BTreeMap<PolicyId, Vec<EgressFailure>>,
     rejected_total: u64,
+    adoption: Option<Adoption>,
 }
 
 impl<B> fmt::Debug for EgressManager<B> {
@@ -929,6 +1538,7 @@ impl<B> fmt::Debug for EgressManager<B> {
         f.debug_struct("EgressManager")
             .field("policies", &self.policies.len())
             .field("pods", &self.pods.len())
+            .field("adopting", &self.adoption.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -937,17 +1547,48 @@ impl<B> EgressManager<B>
 where
     B: Enforcer<Value = Prefix> + CgroupPaths,
 {
-    /// A manager over `backend`, starting from what it holds.
+    /// A manager over `backend`, starting from what it holds (after a
+    /// restart, what the previous process pinned: see the type's docs)
+    /// and changing none of it until told what is desired. Fails if the
+    /// backend's state cannot be read.
     pub fn new(backend: B) -> Result<Self> {
         let held = backend.held()?;
+        if !held.is_empty() {
+            tracing::info!(
+                policies = held.len(),
+                "network: adopting policies held by the backend"
+            );
+        }
         Ok(Self {
             backend,
+            // A backend holding nothing has nothing to keep: the adoption
+            // rules would change nothing, so they are off.
+            adoption: (!held.is_empty()).then(Adoption::default),
             held,
             policies: BTreeMap::new(),
             pods: BTreeMap::new(),
             failures: BTreeMap::new(),
             rejected_total: 0,
         })
+    }
+
+    /// Ends the adoption begun by [`new`](Self::new): call it once the
+    /// policies and pods are synced. Held policies not desired are removed,
+    /// held bindings of cgroups no selected pod owns are unbound, and the
+    /// links of a discarded pin layout are released; unless a backend call
+    /// fails (returned), the backend then holds exactly what is desired.
+    pub fn reconcile_adopted(&mut self) -> Vec<EgressFailure> {
+        self.adoption = None;
+        let failures = self.sync_all();
+        match self.backend.release_unowned() {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                links = n,
+                "network: released links of a discarded pin layout"
+            ),
+            Err(e) => tracing::warn!(error = %e, "network: releasing stale links failed"),
+        }
+        failures
     }
 
     /// Adds or replaces a policy: parses its values (each unusable one an
@@ -970,6 +1611,9 @@ where
                 rejections: rejections.clone(),
             },
         );
+        if let Some(a) = &mut self.adoption {
+            a.deleted.remove(&id);
+        }
         let failures = self.converge(&id);
         EgressOutcome {
             rejections,
@@ -980,6 +1624,9 @@ where
     /// Removes a policy: unbinds its cgroups and removes it.
     pub fn delete_policy(&mut self, id: &PolicyId) -> Vec<EgressFailure> {
         self.policies.remove(id);
+        if let Some(a) = &mut self.adoption {
+            a.deleted.insert(id.clone());
+        }
         self.converge(id)
     }
 
@@ -994,6 +1641,9 @@ where
         }
         for c in &pod.cgroups {
             self.backend.set_cgroup_path(c.id, c.path.clone());
+        }
+        if let Some(a) = &mut self.adoption {
+            a.known_cgroups.extend(pod.cgroups.iter().map(|c| c.id));
         }
         self.pods.insert(pod.uid.clone(), pod);
         self.sync_all()
@@ -1060,12 +1710,21 @@ where
     fn target(&self, id: &PolicyId) -> Option<Held<Prefix>> {
         let d = self.policies.get(id)?;
         let program = d.program.clone()?;
-        let cgroups = self
+        let mut cgroups: BTreeSet<CgroupId> = self
             .pods
             .values()
             .filter(|p| d.policy.target.matches(&p.namespace_labels, &p.labels))
             .flat_map(|p| p.cgroups.iter().map(|c| c.id))
             .collect();
+        if let (Some(adoption), Some(held)) = (&self.adoption, self.held.get(id)) {
+            // A binding of a cgroup whose pod is not synced yet: keep it,
+            // or the restart would open a gap for that pod.
+            cgroups.extend(
+                held.cgroups
+                    .iter()
+                    .filter(|c| !adoption.known_cgroups.contains(c)),
+            );
+        }
         Some(Held { program, cgroups })
     }
 
@@ -1243,8 +1902,18 @@ where
     /// the rest, then everything else default-deny first (the openexec
     /// manager's plan, so no instant refuses what neither state refuses).
     fn sync_all(&mut self) -> Vec<EgressFailure> {
+        // Every desired policy, and every held one that should go (before
+        // the reconcile: only those deleted since the restart).
         let mut ids: BTreeSet<PolicyId> = self.policies.keys().cloned().collect();
-        ids.extend(self.held.keys().cloned());
+        match &self.adoption {
+            Some(a) => ids.extend(
+                a.deleted
+                    .iter()
+                    .filter(|id| self.held.contains_key(*id))
+                    .cloned(),
+            ),
+            None => ids.extend(self.held.keys().cloned()),
+        }
         let pairs: Vec<(PolicyId, bool)> = ids
             .into_iter()
             .map(|id| {
@@ -1312,6 +1981,12 @@ mod tests {
         log: Vec<String>,
         fail_insert: bool,
         counts: BTreeMap<(u32, IpAddr, bpf::Decision), u64>,
+        /// Keeps a ledger (as a pinned kernel does).
+        pinned: bool,
+        /// Reports its maps as adopted (a restarted process over the pins).
+        restarted: bool,
+        ledger: BTreeMap<Vec<u8>, bpf::LedgerPolicy>,
+        ledger_writes: usize,
     }
 
     impl MemKernel {
@@ -1420,6 +2095,111 @@ mod tests {
                     },
                 )
                 .collect())
+        }
+
+        fn ledger_policy(
+            &mut self,
+            policy: &[u8],
+            kind: Option<LedgerKind>,
+        ) -> Result<(), EgressError> {
+            if self.pinned {
+                self.ledger_writes += 1;
+                self.ledger.entry(policy.to_vec()).or_default().kind = kind;
+                self.prune(policy);
+            }
+            Ok(())
+        }
+
+        fn ledger_rule(
+            &mut self,
+            policy: &[u8],
+            verdict: Verdict,
+            prefix: Prefix,
+            present: bool,
+        ) -> Result<(), EgressError> {
+            if self.pinned {
+                self.ledger_writes += 1;
+                let e = self.ledger.entry(policy.to_vec()).or_default();
+                let list = match verdict {
+                    Verdict::Allow => &mut e.allow,
+                    Verdict::Deny => &mut e.deny,
+                };
+                if present {
+                    list.insert(prefix);
+                } else {
+                    list.remove(&prefix);
+                }
+                self.prune(policy);
+            }
+            Ok(())
+        }
+
+        fn ledger_binding(
+            &mut self,
+            policy: &[u8],
+            cgroup: CgroupId,
+            present: bool,
+        ) -> Result<(), EgressError> {
+            if self.pinned {
+                self.ledger_writes += 1;
+                let e = self.ledger.entry(policy.to_vec()).or_default();
+                if present {
+                    e.cgroups.insert(cgroup);
+                } else {
+                    e.cgroups.remove(&cgroup);
+                }
+                self.prune(policy);
+            }
+            Ok(())
+        }
+
+        fn adopted(&mut self) -> Result<Option<Adopted>, EgressError> {
+            if !self.restarted {
+                return Ok(None);
+            }
+            let mut sets: BTreeMap<u32, bpf::SetEntries> = BTreeMap::new();
+            for (set, p) in &self.allow {
+                sets.entry(*set).or_default().allow.insert(*p);
+            }
+            for (set, p) in &self.deny {
+                sets.entry(*set).or_default().deny.insert(*p);
+            }
+            Ok(Some(Adopted {
+                state: PinnedState {
+                    filters: self.filters.clone(),
+                    sets,
+                    ledger: self.ledger.clone(),
+                },
+                attached: self.attached.keys().copied().collect(),
+            }))
+        }
+    }
+
+    impl MemKernel {
+        fn pinned() -> Self {
+            Self {
+                pinned: true,
+                ..Self::default()
+            }
+        }
+
+        /// The same kernel state, seen by a new process.
+        fn restart(mut self) -> Self {
+            self.restarted = true;
+            self.log.clear();
+            self.ledger_writes = 0;
+            self
+        }
+
+        /// A ledger id with nothing left is no entry (as in the maps).
+        fn prune(&mut self, policy: &[u8]) {
+            if self
+                .ledger
+                .get(policy)
+                .is_some_and(|e| *e == bpf::LedgerPolicy::default())
+            {
+                self.ledger.remove(policy);
+            }
         }
     }
 
@@ -1919,5 +2699,200 @@ mod tests {
         m.delete_pod("p1");
         assert!(m.backend().kernel().attached.is_empty());
         assert!(m.backend().kernel().allow.is_empty());
+    }
+
+    // ---- restarts: the ledger and adoption --------------------------------------
+
+    fn pinned_backend() -> EgressEnforcer<MemKernel> {
+        let mut b = EgressEnforcer::new(MemKernel::pinned());
+        for c in 1..=4 {
+            b.set_cgroup_path(c, PathBuf::from(format!("/sys/fs/cgroup/c{c}")));
+        }
+        b
+    }
+
+    /// A new process over `b`'s kernel.
+    fn restarted(b: EgressEnforcer<MemKernel>) -> EgressEnforcer<MemKernel> {
+        EgressEnforcer::adopt(b.into_kernel().restart()).unwrap()
+    }
+
+    #[test]
+    fn adoption_rebuilds_what_each_policy_held() {
+        let mut b = pinned_backend();
+        b.add_policy(&pid("a"), &rules(&["10.0.0.0/8"], &[], true))
+            .unwrap();
+        b.add_policy(
+            &pid("b"),
+            &rules(&["2001:db8::/32"], &["10.9.0.0/16", "::1"], false),
+        )
+        .unwrap();
+        b.add_policy(&pid("c"), &Program::Observe).unwrap();
+        for (id, c) in [("a", 1), ("a", 2), ("b", 2), ("c", 2), ("c", 3)] {
+            b.bind(&pid(id), c).unwrap();
+        }
+        let diff = ProgramDiff {
+            add_allow: [p("192.0.2.0/24")].into(),
+            remove_allow: BTreeSet::new(),
+            add_deny: [p("10.1.0.0/16")].into(),
+            remove_deny: BTreeSet::new(),
+            default_deny: Some(false),
+        };
+        b.update_policy(&pid("a"), &diff).unwrap();
+        b.add_policy(&pid("unbound"), &rules(&[], &["::2"], false))
+            .unwrap();
+        let held = b.held().unwrap();
+        let sets: Vec<_> = (1..=4).map(|c| b.set_of(c)).collect();
+        let counts: Vec<_> = (1..=4).map(|c| b.flag_counts(c)).collect();
+
+        let mut b = restarted(b);
+        assert_eq!(b.held().unwrap(), held);
+        assert_eq!(
+            b.held().unwrap()[&pid("a")].program,
+            rules(&["10.0.0.0/8", "192.0.2.0/24"], &["10.1.0.0/16"], false)
+        );
+        assert_eq!((1..=4).map(|c| b.set_of(c)).collect::<Vec<_>>(), sets);
+        assert_eq!(
+            (1..=4).map(|c| b.flag_counts(c)).collect::<Vec<_>>(),
+            counts
+        );
+        assert!(b.kernel().log.is_empty(), "{:?}", b.kernel().log);
+        assert_eq!(b.kernel().ledger_writes, 0);
+        let k = b.kernel_mut();
+        assert_eq!(k.packet(2, ip("10.9.1.1")), Some(bpf::Decision::Denied));
+        assert_eq!(k.packet(2, ip("2001:db8::9")), Some(bpf::Decision::Allowed));
+        // New cgroups get set ids of their own (paths come from the
+        // manager's pods again).
+        b.set_cgroup_path(4, PathBuf::from("/sys/fs/cgroup/c4"));
+        b.bind(&pid("a"), 4).unwrap();
+        let four = b.set_of(4).unwrap();
+        assert!(!sets.contains(&Some(four)), "{four} in {sets:?}");
+        // Changes after the adoption are kept in the ledger as before.
+        b.remove_policy(&pid("b")).unwrap();
+        b.unbind(&pid("c"), 3).unwrap();
+        let held = b.held().unwrap();
+        let b = restarted(b);
+        assert_eq!(b.held().unwrap(), held);
+        assert!(!b.kernel().ledger.contains_key(b"b".as_slice()));
+        assert_eq!(b.set_of(3), None);
+    }
+
+    #[test]
+    fn adoption_cleans_what_an_interrupted_change_left() {
+        let mut k = MemKernel::pinned();
+        let x = p("10.0.0.1/32");
+        let y = p("10.0.0.2/32");
+        // Cgroup 1: attached, its set 5 holds a's deny and a stray allow.
+        k.filters.insert(1, (5, FilterFlags::default()));
+        k.attached.insert(1, PathBuf::from("/pin/1"));
+        k.deny.insert((5, x));
+        k.allow.insert((5, y));
+        // Cgroup 2: in the map without a link; set 7: no cgroup at all.
+        k.filters.insert(2, (6, FilterFlags::default()));
+        k.deny.insert((6, x));
+        k.deny.insert((7, y));
+        k.ledger.insert(
+            b"a".to_vec(),
+            bpf::LedgerPolicy {
+                kind: Some(LedgerKind::Enforce {
+                    default_deny: false,
+                }),
+                allow: BTreeSet::new(),
+                deny: [x].into(),
+                cgroups: [1, 2, 9].into(),
+            },
+        );
+        // An interrupted removal: entries without a record.
+        k.ledger.insert(
+            b"z".to_vec(),
+            bpf::LedgerPolicy {
+                kind: None,
+                allow: [y].into(),
+                deny: BTreeSet::new(),
+                cgroups: [1].into(),
+            },
+        );
+        let b = EgressEnforcer::adopt(k.restart()).unwrap();
+        assert_eq!(
+            b.held().unwrap(),
+            BTreeMap::from([(
+                pid("a"),
+                Held {
+                    program: rules(&[], &["10.0.0.1/32"], false),
+                    cgroups: [1].into(),
+                }
+            )])
+        );
+        let k = b.kernel();
+        assert_eq!(k.allow, BTreeSet::new(), "the stray allow went");
+        assert_eq!(k.deny, [(5, x)].into(), "sets 6 and 7 went");
+        assert_eq!(k.filters.keys().copied().collect::<Vec<_>>(), [1]);
+        assert!(!k.ledger.contains_key(b"z".as_slice()));
+        assert_eq!(k.ledger[b"a".as_slice()].cgroups, [1].into());
+        assert_eq!(b.set_of(1), Some(5));
+    }
+
+    #[test]
+    fn an_unpinned_kernel_keeps_no_ledger_and_adopts_nothing() {
+        let mut b = backend();
+        b.add_policy(&pid("a"), &rules(&["10.0.0.1/32"], &[], false))
+            .unwrap();
+        b.bind(&pid("a"), 1).unwrap();
+        assert!(b.kernel().ledger.is_empty());
+        let b = EgressEnforcer::adopt(b.into_kernel()).unwrap();
+        assert!(b.held().unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_manager_adopts_keeps_until_reconcile_then_converges() {
+        let mut m = EgressManager::new(pinned_backend()).unwrap();
+        m.upsert_pod(pod("pa", "web", &[1]));
+        m.upsert_pod(pod("pb", "web", &[2]));
+        for (id, deny) in [("deny-2", "10.0.0.2"), ("deny-3", "10.0.0.3")] {
+            assert!(m
+                .upsert_policy(policy(id, Mode::Enforce, &[], &[deny]))
+                .failures
+                .is_empty());
+        }
+        let before = m.programmed().clone();
+        let (backend, ..) = (m.backend, ());
+        let backend = restarted(backend);
+
+        let mut m = EgressManager::new(backend).unwrap();
+        assert_eq!(m.programmed(), &before);
+        // Pod pa and deny-2 again: nothing changes in the kernel.
+        assert!(m.upsert_pod(pod("pa", "web", &[1])).is_empty());
+        let out = m.upsert_policy(policy("deny-2", Mode::Enforce, &[], &["10.0.0.2"]));
+        assert!(out.failures.is_empty());
+        assert!(
+            m.backend().kernel().log.is_empty(),
+            "{:?}",
+            m.backend().kernel().log
+        );
+        assert_eq!(m.backend().kernel().ledger_writes, 0);
+        // pb is not synced yet: its binding is kept, and so is deny-3.
+        assert_eq!(m.programmed(), &before);
+        assert_eq!(
+            m.backend_mut().kernel_mut().packet(2, ip("10.0.0.3")),
+            Some(bpf::Decision::Denied)
+        );
+        // The reconcile drops what is not desired.
+        assert!(m.reconcile_adopted().is_empty());
+        assert_eq!(m.programmed().keys().collect::<Vec<_>>(), [&pid("deny-2")]);
+        assert_eq!(m.programmed()[&pid("deny-2")].cgroups, [1].into());
+        let k = m.backend_mut().kernel_mut();
+        assert_eq!(k.packet(1, ip("10.0.0.2")), Some(bpf::Decision::Denied));
+        assert_eq!(k.packet(1, ip("10.0.0.3")), Some(bpf::Decision::Unmatched));
+        assert_eq!(k.packet(2, ip("10.0.0.3")), None, "pb's cgroup detached");
+    }
+
+    #[test]
+    fn a_policy_deleted_before_the_reconcile_goes_at_once() {
+        let mut m = EgressManager::new(pinned_backend()).unwrap();
+        m.upsert_pod(pod("pa", "web", &[1]));
+        m.upsert_policy(policy("gone", Mode::Enforce, &[], &["10.0.0.2"]));
+        let mut m = EgressManager::new(restarted(m.backend)).unwrap();
+        assert!(m.delete_policy(&pid("gone")).is_empty());
+        assert!(m.programmed().is_empty());
+        assert!(m.backend().kernel().attached.is_empty());
     }
 }

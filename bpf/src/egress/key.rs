@@ -1,5 +1,6 @@
 //! Map keys and values as the kernel reads them, laid out from the
-//! skeleton's types (`bpf/include/egress.h`), never from hand-copied
+//! skeleton's types (`bpf/include/egress.h`, and the ledger's in
+//! `bpf/egress/egress_filter.bpf.c`), never from hand-copied
 //! offsets.
 //!
 //! Encoding writes into buffers sized from the same types, so it cannot
@@ -10,7 +11,7 @@
 use std::mem::{offset_of, size_of};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::{Decision, FilterFlags, Observation, Prefix, Stats};
+use super::{Decision, FilterFlags, LedgerKind, Observation, Prefix, Stats, Verdict};
 use crate::skel::egress::egress_filter::types;
 
 type V4Key = types::krt_egress_v4_key;
@@ -21,6 +22,30 @@ type StatsValue = types::krt_egress_stats;
 type Flag = types::krt_egress_flag;
 type RawDecision = types::krt_egress_decision;
 type Family = types::krt_egress_family;
+type Meta = types::krt_egress_meta;
+type PolicyKey = types::krt_egress_policy_key;
+type PolicyValue = types::krt_egress_policy;
+type PolicyKind = types::krt_egress_policy_kind;
+type PolicyFlag = types::krt_egress_policy_flag;
+type RuleKey = types::krt_egress_rule_key;
+type BindingKey = types::krt_egress_binding_key;
+
+/// `KRT_EGRESS_LAYOUT_VERSION` in `egress_filter.bpf.c`, which the public constant
+/// must equal.
+pub(super) const LAYOUT_VERSION: u32 = types::krt_egress_layout::KRT_EGRESS_LAYOUT_VERSION.0;
+const _: () = assert!(LAYOUT_VERSION == super::LAYOUT_VERSION);
+
+/// Width of a ledger policy id field: 63 bytes and a NUL.
+pub(super) const POLICY_ID_LEN: usize = size_of::<PolicyKey>();
+
+// The layouts written by hand below are the header's.
+const _: () = {
+    assert!(size_of::<Meta>() == 8);
+    assert!(POLICY_ID_LEN == 64);
+    assert!(size_of::<PolicyValue>() == 8);
+    assert!(size_of::<RuleKey>() == POLICY_ID_LEN + 4 + 16);
+    assert!(size_of::<BindingKey>() == POLICY_ID_LEN + 8);
+};
 
 /// Bits of the set id that every trie key's `prefixlen` counts first.
 const SET_ID_BITS: u32 = u32::BITS;
@@ -91,6 +116,224 @@ pub(super) fn filter_value(set_id: u32, flags: FilterFlags) -> Vec<u8> {
         &bits.to_ne_bytes(),
     );
     value
+}
+
+/// The `cgroup_filters` entry `(cgroup id, set id, flags)` of a key and a
+/// value; `None` for bytes this code does not write.
+pub(super) fn decode_filter(key: &[u8], value: &[u8]) -> Option<(u64, u32, FilterFlags)> {
+    if key.len() != 8 || value.len() != size_of::<FilterValue>() {
+        return None;
+    }
+    let id = u64_at(key, 0)?;
+    let set_id = u32_at(value, offset_of!(FilterValue, set_id))?;
+    let bits = u32_at(value, offset_of!(FilterValue, flags))?;
+    let flags = FilterFlags {
+        default_deny: bits & Flag::KRT_EGRESS_FLAG_DEFAULT_DENY.0 != 0,
+        observe: bits & Flag::KRT_EGRESS_FLAG_OBSERVE.0 != 0,
+    };
+    Some((id, set_id, flags))
+}
+
+/// The `(set id, prefix)` of a trie key of the IPv4 (`v6` false) or IPv6
+/// trie; `None` for bytes this code does not write.
+pub(super) fn decode_trie_key(key: &[u8], v6: bool) -> Option<(u32, Prefix)> {
+    let (size, len_at, set_at, addr_at, width) = if v6 {
+        (
+            size_of::<V6Key>(),
+            offset_of!(V6Key, prefixlen),
+            offset_of!(V6Key, set_id),
+            offset_of!(V6Key, addr),
+            128u32,
+        )
+    } else {
+        (
+            size_of::<V4Key>(),
+            offset_of!(V4Key, prefixlen),
+            offset_of!(V4Key, set_id),
+            offset_of!(V4Key, addr),
+            32u32,
+        )
+    };
+    if key.len() != size {
+        return None;
+    }
+    let bits = u32_at(key, len_at)?.checked_sub(SET_ID_BITS)?;
+    if bits > width {
+        return None;
+    }
+    let set_id = u32::from_be_bytes(key.get(set_at..set_at + 4)?.try_into().ok()?);
+    let addr = if v6 {
+        let octets: [u8; 16] = key.get(addr_at..addr_at + 16)?.try_into().ok()?;
+        IpAddr::V6(Ipv6Addr::from(octets))
+    } else {
+        let octets: [u8; 4] = key.get(addr_at..addr_at + 4)?.try_into().ok()?;
+        IpAddr::V4(Ipv4Addr::from(octets))
+    };
+    let prefix = Prefix::new(addr, u8::try_from(bits).ok()?).ok()?;
+    Some((set_id, prefix))
+}
+
+/// The `egress_meta` key (its only element).
+pub(super) const META_KEY: [u8; 4] = 0u32.to_ne_bytes();
+
+/// The `egress_meta` value recording layout `version` (this build writes
+/// [`LAYOUT_VERSION`]).
+pub(super) fn meta_value(version: u32) -> Vec<u8> {
+    let mut value = vec![0u8; size_of::<Meta>()];
+    put(
+        &mut value,
+        offset_of!(Meta, layout_version),
+        &version.to_ne_bytes(),
+    );
+    value
+}
+
+/// The layout version of an `egress_meta` value.
+pub(super) fn decode_meta(value: &[u8]) -> Option<u32> {
+    (value.len() == size_of::<Meta>())
+        .then(|| u32_at(value, offset_of!(Meta, layout_version)))
+        .flatten()
+}
+
+/// A ledger policy id field: `id` NUL-padded; `None` unless `id` is 1 to
+/// 63 bytes without a NUL.
+fn id_field(id: &[u8]) -> Option<[u8; POLICY_ID_LEN]> {
+    if id.is_empty() || id.len() >= POLICY_ID_LEN || id.contains(&0) {
+        return None;
+    }
+    let mut field = [0u8; POLICY_ID_LEN];
+    field[..id.len()].copy_from_slice(id);
+    Some(field)
+}
+
+/// The id in a NUL-padded field at the start of `bytes`; `None` when empty
+/// or not NUL-padded.
+fn decode_id(bytes: &[u8]) -> Option<Vec<u8>> {
+    let field = bytes.get(..POLICY_ID_LEN)?;
+    let len = field.iter().position(|b| *b == 0)?;
+    if len == 0 || field[len..].iter().any(|b| *b != 0) {
+        return None;
+    }
+    Some(field[..len].to_vec())
+}
+
+/// The `egress_policies` key of a policy id.
+pub(super) fn policy_key(id: &[u8]) -> Option<Vec<u8>> {
+    id_field(id).map(|f| f.to_vec())
+}
+
+/// The `egress_policies` value of a kind.
+pub(super) fn policy_value(kind: LedgerKind) -> Vec<u8> {
+    let (raw, flags) = match kind {
+        LedgerKind::Enforce { default_deny } => (
+            PolicyKind::KRT_EGRESS_POLICY_ENFORCE.0,
+            if default_deny {
+                PolicyFlag::KRT_EGRESS_POLICY_DEFAULT_DENY.0
+            } else {
+                0
+            },
+        ),
+        LedgerKind::Observe => (PolicyKind::KRT_EGRESS_POLICY_OBSERVE.0, 0),
+    };
+    let mut value = vec![0u8; size_of::<PolicyValue>()];
+    put(
+        &mut value,
+        offset_of!(PolicyValue, kind),
+        &raw.to_ne_bytes(),
+    );
+    put(
+        &mut value,
+        offset_of!(PolicyValue, flags),
+        &flags.to_ne_bytes(),
+    );
+    value
+}
+
+/// An `egress_policies` entry: the policy id and its kind.
+pub(super) fn decode_policy(key: &[u8], value: &[u8]) -> Option<(Vec<u8>, LedgerKind)> {
+    if key.len() != POLICY_ID_LEN || value.len() != size_of::<PolicyValue>() {
+        return None;
+    }
+    let id = decode_id(key)?;
+    let flags = u32_at(value, offset_of!(PolicyValue, flags))?;
+    let kind = match u32_at(value, offset_of!(PolicyValue, kind))? {
+        k if k == PolicyKind::KRT_EGRESS_POLICY_ENFORCE.0 => LedgerKind::Enforce {
+            default_deny: flags & PolicyFlag::KRT_EGRESS_POLICY_DEFAULT_DENY.0 != 0,
+        },
+        k if k == PolicyKind::KRT_EGRESS_POLICY_OBSERVE.0 => LedgerKind::Observe,
+        _ => return None,
+    };
+    Some((id, kind))
+}
+
+const RULE_ALLOW: u8 = 1;
+const RULE_DENY: u8 = 2;
+
+/// The `egress_rules` key of one prefix of one policy.
+pub(super) fn rule_key(id: &[u8], verdict: Verdict, prefix: &Prefix) -> Option<Vec<u8>> {
+    let mut key = vec![0u8; size_of::<RuleKey>()];
+    put(&mut key, offset_of!(RuleKey, id), &id_field(id)?);
+    key[offset_of!(RuleKey, verdict)] = match verdict {
+        Verdict::Allow => RULE_ALLOW,
+        Verdict::Deny => RULE_DENY,
+    };
+    let (family, octets) = match prefix.addr() {
+        IpAddr::V4(a) => (Family::KRT_EGRESS_IPV4.0, a.octets().to_vec()),
+        IpAddr::V6(a) => (Family::KRT_EGRESS_IPV6.0, a.octets().to_vec()),
+    };
+    key[offset_of!(RuleKey, family)] = u8::try_from(family).ok()?;
+    key[offset_of!(RuleKey, prefix_len)] = prefix.prefix_len();
+    put(&mut key, offset_of!(RuleKey, addr), &octets);
+    Some(key)
+}
+
+/// An `egress_rules` key: the policy id, the list and the prefix.
+pub(super) fn decode_rule_key(key: &[u8]) -> Option<(Vec<u8>, Verdict, Prefix)> {
+    if key.len() != size_of::<RuleKey>() {
+        return None;
+    }
+    let id = decode_id(key)?;
+    let verdict = match key[offset_of!(RuleKey, verdict)] {
+        RULE_ALLOW => Verdict::Allow,
+        RULE_DENY => Verdict::Deny,
+        _ => return None,
+    };
+    let at = offset_of!(RuleKey, addr);
+    let family = u32::from(key[offset_of!(RuleKey, family)]);
+    let addr = if family == Family::KRT_EGRESS_IPV4.0 {
+        let octets: [u8; 4] = key.get(at..at + 4)?.try_into().ok()?;
+        IpAddr::V4(Ipv4Addr::from(octets))
+    } else if family == Family::KRT_EGRESS_IPV6.0 {
+        let octets: [u8; 16] = key.get(at..at + 16)?.try_into().ok()?;
+        IpAddr::V6(Ipv6Addr::from(octets))
+    } else {
+        return None;
+    };
+    let prefix = Prefix::new(addr, key[offset_of!(RuleKey, prefix_len)]).ok()?;
+    Some((id, verdict, prefix))
+}
+
+/// The `egress_bindings` key of a (policy, cgroup) binding.
+pub(super) fn binding_key(id: &[u8], cgroup_id: u64) -> Option<Vec<u8>> {
+    let mut key = vec![0u8; size_of::<BindingKey>()];
+    put(&mut key, offset_of!(BindingKey, id), &id_field(id)?);
+    put(
+        &mut key,
+        offset_of!(BindingKey, cgroup_id),
+        &cgroup_id.to_ne_bytes(),
+    );
+    Some(key)
+}
+
+/// An `egress_bindings` key: the policy id and the cgroup id.
+pub(super) fn decode_binding_key(key: &[u8]) -> Option<(Vec<u8>, u64)> {
+    if key.len() != size_of::<BindingKey>() {
+        return None;
+    }
+    Some((
+        decode_id(key)?,
+        u64_at(key, offset_of!(BindingKey, cgroup_id))?,
+    ))
 }
 
 /// The `stats` key (its only element).
@@ -239,6 +482,93 @@ mod tests {
             ..FilterFlags::default()
         };
         assert_eq!(&filter_value(9, observe)[4..], &2u32.to_ne_bytes());
+    }
+
+    #[test]
+    fn trie_keys_decode_to_what_was_encoded() {
+        for (set, prefix, v6) in [
+            (7, "10.0.0.0/8", false),
+            (1, "0.0.0.0/0", false),
+            (0x0102_0304, "127.0.0.2/32", false),
+            (9, "2001:db8::/32", true),
+            (9, "::/0", true),
+            (3, "::1/128", true),
+        ] {
+            let key = trie_key(set, &p(prefix));
+            assert_eq!(decode_trie_key(&key, v6), Some((set, p(prefix))));
+            assert_eq!(decode_trie_key(&key, !v6), None, "the other family");
+        }
+        let mut bad = trie_key(1, &p("10.0.0.0/8"));
+        bad[..4].copy_from_slice(&(32u32 + 33).to_ne_bytes());
+        assert_eq!(decode_trie_key(&bad, false), None, "/33");
+        bad[..4].copy_from_slice(&31u32.to_ne_bytes());
+        assert_eq!(decode_trie_key(&bad, false), None, "shorter than a set id");
+    }
+
+    #[test]
+    fn filters_decode_to_what_was_encoded() {
+        let flags = FilterFlags {
+            default_deny: true,
+            observe: false,
+        };
+        assert_eq!(
+            decode_filter(&cgroup_key(42), &filter_value(5, flags)),
+            Some((42, 5, flags))
+        );
+        assert_eq!(decode_filter(&[0; 4], &filter_value(5, flags)), None);
+    }
+
+    #[test]
+    fn ledger_entries_decode_to_what_was_encoded() {
+        let id = b"0b5e2a1c-7d4f-4e55-9a3b-5d7c1e2f3a4b";
+        for kind in [
+            LedgerKind::Observe,
+            LedgerKind::Enforce { default_deny: true },
+            LedgerKind::Enforce {
+                default_deny: false,
+            },
+        ] {
+            let key = policy_key(id).unwrap();
+            assert_eq!(key.len(), 64);
+            assert_eq!(
+                decode_policy(&key, &policy_value(kind)),
+                Some((id.to_vec(), kind))
+            );
+        }
+        for (verdict, prefix) in [
+            (Verdict::Allow, "10.0.0.0/8"),
+            (Verdict::Deny, "2001:db8::1/128"),
+            (Verdict::Deny, "0.0.0.0/0"),
+        ] {
+            let key = rule_key(id, verdict, &p(prefix)).unwrap();
+            assert_eq!(key.len(), 84);
+            assert_eq!(
+                decode_rule_key(&key),
+                Some((id.to_vec(), verdict, p(prefix)))
+            );
+        }
+        let key = binding_key(id, 77).unwrap();
+        assert_eq!(decode_binding_key(&key), Some((id.to_vec(), 77)));
+        assert_eq!(
+            decode_meta(&meta_value(LAYOUT_VERSION)),
+            Some(LAYOUT_VERSION)
+        );
+        assert_eq!(decode_meta(&meta_value(7)), Some(7));
+    }
+
+    #[test]
+    fn ledger_ids_are_nul_free_and_short() {
+        assert_eq!(policy_key(b""), None);
+        assert_eq!(policy_key(&[b'a'; 64]), None);
+        assert!(policy_key(&[b'a'; 63]).is_some());
+        assert_eq!(policy_key(b"a\0b"), None);
+        // A field that is not NUL-padded is not an id.
+        let mut key = policy_key(b"abc").unwrap();
+        key[10] = b'x';
+        assert_eq!(
+            decode_policy(&key, &policy_value(LedgerKind::Observe)),
+            None
+        );
     }
 
     fn obs_key(set: u32, decision: u32, family: u32, addr: &[u8]) -> Vec<u8> {

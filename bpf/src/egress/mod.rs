@@ -45,11 +45,52 @@
 //! drained with [`EgressFilter::drain_observations`]; with it off, the
 //! program does no per-destination work.
 //!
+//! # Pinning and restarts
+//!
+//! [`EgressFilter::load_pinned`] pins every map under `<dir>/maps/<name>`
+//! and every link [`EgressFilter::attach_cgroup`] makes under
+//! `<dir>/links/<cgroup id>` (bpffs names cannot hold a `.`), so the
+//! filter keeps enforcing after the process exits. A later `load_pinned`
+//! over the same directory *adopts* them: the maps are reused before the
+//! object loads (so the new program reads the very entries the old one
+//! did), and each pinned link is opened and switched to the new program
+//! atomically (`BPF_LINK_UPDATE`), so no packet of a filtered cgroup ever
+//! passes unfiltered across the restart.
+//!
+//! The tries and `cgroup_filters` hold per-cgroup *unions*: which policy
+//! asked for an entry is not in them. A caller that needs it back (the
+//! network backend does) records it in the *ledger*, three more pinned maps
+//! the program never reads ([`EgressFilter::ledger_set_policy`],
+//! [`EgressFilter::ledger_set_rule`], [`EgressFilter::ledger_set_binding`]),
+//! and reads everything back with [`EgressFilter::read_state`].
+//!
+//! | map | key | value |
+//! | --- | --- | --- |
+//! | `egress_meta` | `u32` 0 | `struct krt_egress_meta { u32 layout_version; u32 reserved; }` |
+//! | `egress_policies` | policy id, NUL-padded to 64 bytes | `struct krt_egress_policy { u32 kind; u32 flags; }` |
+//! | `egress_rules` | `struct krt_egress_rule_key { id[64]; u8 verdict, family, prefix_len, 0; u8 addr[16]; }` | `u8` |
+//! | `egress_bindings` | `struct krt_egress_binding_key { id[64]; u64 cgroup_id; }` | `u8` |
+//!
+//! `egress_meta` holds the [`LAYOUT_VERSION`] of the build that created
+//! the pins. Pins of another version, or an incomplete set, or maps whose
+//! type, sizes or flags differ from this object's, are *discarded*: the
+//! map pins are removed and fresh maps pinned ([`PinOutcome::Discarded`]
+//! says why, for the caller's log). Their links are not removed then: they
+//! hold the old program and the old maps, and keep enforcing the old state
+//! until the caller replaces them (attaching the cgroup anew replaces the
+//! pin atomically) or releases them ([`PinnedLinks::stale`]). A link whose
+//! cgroup was removed meanwhile (the kernel reports cgroup id 0 for it) is
+//! unpinned at load.
+//!
+//! [`EgressFilter::remove_pins`] removes the whole directory: each link
+//! detaches once no fd holds it any more (after an RCU grace period).
+//!
 //! # Building without clang
 //!
 //! In a stub build (see the crate docs) [`EgressFilter::load`] fails with
 //! [`EgressError::NotBuilt`]; the pure parts ([`Prefix`], the types) work.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -75,6 +116,98 @@ pub use prefix::Prefix;
 
 /// Result of the egress filter's operations.
 pub type Result<T, E = EgressError> = std::result::Result<T, E>;
+
+/// The layout of the pinned maps this build reads and writes
+/// (`KRT_EGRESS_LAYOUT_VERSION` in `egress_filter.bpf.c`; see the [module
+/// docs](self#pinning-and-restarts)).
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// The longest ledger policy id, in bytes (the field is NUL-padded to 64).
+pub const LEDGER_ID_MAX_LEN: usize = 63;
+
+/// What [`EgressFilter::load_pinned`] found in its directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PinOutcome {
+    /// Loaded without a pin directory ([`EgressFilter::load`]).
+    Unpinned,
+    /// Nothing was pinned: fresh maps were created and pinned.
+    Fresh,
+    /// Pins of this layout were found: their maps are reused and their
+    /// links adopted.
+    Adopted,
+    /// Pins that this build cannot read were found: their map pins were
+    /// removed and fresh maps pinned. Their links keep enforcing the old
+    /// state until replaced or released ([`PinnedLinks::stale`]).
+    Discarded {
+        /// Why (the pinned layout version, a missing pin, a map of another
+        /// shape), for the log.
+        reason: String,
+    },
+}
+
+/// How the ledger records one policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LedgerKind {
+    /// An enforcing policy; its prefixes are its ledger rules.
+    Enforce {
+        /// It denies what no entry allows.
+        default_deny: bool,
+    },
+    /// An observing policy (no rules).
+    Observe,
+}
+
+/// The entries of one filter set, as the tries hold them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetEntries {
+    /// The allow list.
+    pub allow: BTreeSet<Prefix>,
+    /// The deny list.
+    pub deny: BTreeSet<Prefix>,
+}
+
+/// What the ledger holds for one policy id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerPolicy {
+    /// Its record; `None` when only rules or bindings of the id are left
+    /// (an interrupted removal): nothing to adopt, to clean up.
+    pub kind: Option<LedgerKind>,
+    /// Its allow prefixes.
+    pub allow: BTreeSet<Prefix>,
+    /// Its deny prefixes.
+    pub deny: BTreeSet<Prefix>,
+    /// The cgroups bound to it.
+    pub cgroups: BTreeSet<u64>,
+}
+
+/// Everything the maps hold that a restarted caller needs, read back by
+/// [`EgressFilter::read_state`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PinnedState {
+    /// `cgroup_filters`: cgroup id to its set and flags.
+    pub filters: BTreeMap<u64, (u32, FilterFlags)>,
+    /// The tries, by set id.
+    pub sets: BTreeMap<u32, SetEntries>,
+    /// The ledger, by policy id.
+    pub ledger: BTreeMap<Vec<u8>, LedgerPolicy>,
+}
+
+/// The pinned links [`EgressFilter::load_pinned`] found, handed to the
+/// caller once ([`EgressFilter::take_pinned_links`]).
+#[derive(Debug, Default)]
+pub struct PinnedLinks {
+    /// Links of cgroups in the adopted `cgroup_filters`, now running this
+    /// object's program: they are the caller's attachments, to detach with
+    /// [`EgressFilter::detach_cgroup`] like the links it makes itself.
+    pub adopted: Vec<CgroupLink>,
+    /// Links this object does not serve: of a discarded layout (running
+    /// their old program over their old maps), or of a cgroup the adopted
+    /// maps do not filter. They still enforce whatever they enforced; the
+    /// caller releases each one ([`EgressFilter::release_link`]) once it
+    /// has re-programmed what should be (attaching the cgroup anew replaces
+    /// its pin by itself).
+    pub stale: Vec<CgroupLink>,
+}
 
 /// Which list of a set an entry belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -256,6 +389,21 @@ pub enum EgressError {
     /// Cgroup id 0 names no cgroup (the kernel's ids start at 1).
     #[error("cgroup id 0 names no cgroup")]
     InvalidCgroupId,
+    /// A ledger policy id must be 1 to [`LEDGER_ID_MAX_LEN`] bytes
+    /// without a NUL.
+    #[error("a ledger policy id of {len} bytes (1 to {LEDGER_ID_MAX_LEN}, no NUL)")]
+    InvalidLedgerId {
+        /// Its length.
+        len: usize,
+    },
+    /// Creating, opening or removing a pin failed.
+    #[error("pin {path}: {message}")]
+    Pin {
+        /// The pin (or pin directory).
+        path: String,
+        /// What failed.
+        message: String,
+    },
     /// The kernel returned map data of an unexpected shape: the handle and
     /// the object disagree (a build skew), nothing was changed.
     #[error("map {map} returned {what}")]
@@ -283,6 +431,8 @@ impl EgressError {
             Self::InvalidPrefix { .. } => "invalid_prefix",
             Self::ParsePrefix { .. } => "parse_prefix",
             Self::InvalidCgroupId => "invalid_cgroup_id",
+            Self::InvalidLedgerId { .. } => "invalid_ledger_id",
+            Self::Pin { .. } => "pin",
             Self::Layout { .. } => "layout",
             Self::Attach(AttachError::Cgroup { .. }) => "cgroup",
             Self::Attach(AttachError::Attach { .. }) => "attach",
@@ -312,7 +462,98 @@ impl EgressFilter {
     /// build. Needs `CAP_BPF` (and `CAP_NET_ADMIN` for the program type),
     /// in practice root.
     pub fn load() -> Result<Self> {
-        imp::Filter::load().map(|inner| Self { inner })
+        imp::Filter::load(None).map(|inner| Self { inner })
+    }
+
+    /// Loads the program over maps pinned under `dir` (created if
+    /// missing): adopts the maps and links pinned there by an earlier load
+    /// of this layout, discards pins of another (see the [module
+    /// docs](self#pinning-and-restarts) and [`Self::pin_outcome`]), and
+    /// pins what it creates. Links made by [`Self::attach_cgroup`] are
+    /// pinned under `dir/links`. `dir` must be on a bpffs.
+    pub fn load_pinned(dir: &Path) -> Result<Self> {
+        imp::Filter::load(Some(dir)).map(|inner| Self { inner })
+    }
+
+    /// What the load found in its pin directory.
+    pub fn pin_outcome(&self) -> &PinOutcome {
+        self.inner.pin_outcome()
+    }
+
+    /// The pin directory, when loaded with one.
+    pub fn pin_dir(&self) -> Option<&Path> {
+        self.inner.pin_dir()
+    }
+
+    /// Takes the pinned links the load found (empty after the first call,
+    /// and without a pin directory).
+    pub fn take_pinned_links(&mut self) -> PinnedLinks {
+        self.inner.take_pinned_links()
+    }
+
+    /// Removes the pin directory `dir` and everything in it (uninstall).
+    /// Each pinned link detaches once no process holds an fd of it, after
+    /// an RCU grace period; the maps go with their last holder. A missing
+    /// directory is not an error.
+    pub fn remove_pins(dir: &Path) -> std::io::Result<()> {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Removes the map pins under `dir`, keeping the link pins (which keep
+    /// enforcing until replaced or released): what a load does with pins
+    /// it cannot read, for a caller that finds the state unreadable only
+    /// after the load ([`Self::read_state`] failed). The next
+    /// [`Self::load_pinned`] starts fresh, its links stale.
+    pub fn discard_pinned_maps(dir: &Path) -> Result<()> {
+        imp::Filter::discard_pinned_maps(dir)
+    }
+
+    /// The layout version recorded in the pins under `dir`; `None` when
+    /// nothing is pinned there.
+    pub fn pinned_layout_version(dir: &Path) -> Result<Option<u32>> {
+        imp::Filter::pinned_layout_version(dir)
+    }
+
+    /// Overwrites the layout version recorded in the pins under `dir`
+    /// (tests of the discard path: it makes the pins read as another
+    /// layout's).
+    #[doc(hidden)]
+    pub fn set_pinned_layout_version(dir: &Path, version: u32) -> Result<()> {
+        imp::Filter::set_pinned_layout_version(dir, version)
+    }
+
+    /// Everything the maps hold (filters, set entries, the ledger), for a
+    /// caller adopting pinned state. An entry this code cannot decode
+    /// fails it ([`EgressError::Layout`]).
+    pub fn read_state(&self) -> Result<PinnedState> {
+        self.inner.read_state()
+    }
+
+    /// Records policy `id` in the ledger as `kind`, or (`None`) removes
+    /// its record (its rules and bindings are separate entries).
+    pub fn ledger_set_policy(&self, id: &[u8], kind: Option<LedgerKind>) -> Result<()> {
+        self.inner.ledger_set_policy(id, kind)
+    }
+
+    /// Records (`present`) or removes one prefix of policy `id`'s allow or
+    /// deny list in the ledger.
+    pub fn ledger_set_rule(
+        &self,
+        id: &[u8],
+        verdict: Verdict,
+        prefix: Prefix,
+        present: bool,
+    ) -> Result<()> {
+        self.inner.ledger_set_rule(id, verdict, prefix, present)
+    }
+
+    /// Records (`present`) or removes the binding of cgroup `cgroup_id` to
+    /// policy `id` in the ledger.
+    pub fn ledger_set_binding(&self, id: &[u8], cgroup_id: u64, present: bool) -> Result<()> {
+        self.inner.ledger_set_binding(id, cgroup_id, present)
     }
 
     /// Makes set `set_id` with `flags` apply to the packets of cgroup
@@ -380,29 +621,49 @@ impl EgressFilter {
     /// entries should be inserted before. If the attach fails the map
     /// entry is removed again and the error returned, so a cgroup never
     /// reads as filtered while nothing filters it.
+    ///
+    /// With a pin directory the link is pinned at `links/<cgroup id>`,
+    /// replacing (atomically) a link pinned there before; a failed pin
+    /// fails the call the same way.
     pub fn attach_cgroup(&self, dir: &Path, set_id: u32, flags: FilterFlags) -> Result<CgroupLink> {
         let id = crate::cgroup_attach::cgroup_id(dir)?;
         self.set_filter(id, set_id, flags)?;
-        match self.attach(dir) {
-            Ok(link) => Ok(link),
-            Err(e) => {
-                // Best effort: the attach error is the one to report; a
-                // failed removal leaves an entry no program reads.
-                let _ = self.remove_cgroup(id);
-                Err(e)
-            }
+        let attached = self.attach(dir).and_then(|mut link| {
+            // Dropped on a failed pin: the link detaches with it.
+            self.inner.pin_link(&mut link)?;
+            Ok(link)
+        });
+        if attached.is_err() {
+            // Best effort: the attach error is the one to report; a
+            // failed removal leaves an entry no program of this object
+            // reads.
+            let _ = self.remove_cgroup(id);
         }
+        attached
     }
 
     /// Revokes the cgroup of `link` from the filter map, *then* detaches
     /// the link (the specification's revoke-before-detach order). Returns
     /// whether the cgroup was in the map. The link is dropped even when the
     /// revoke fails (the error is returned): a link left open would keep
-    /// running the program on a cgroup the caller is done with.
+    /// running the program on a cgroup the caller is done with. A pinned
+    /// link is unpinned too (unless its pin holds another link by now), so
+    /// it detaches once its last fd closes.
     pub fn detach_cgroup(&self, link: CgroupLink) -> Result<bool> {
         let revoked = self.remove_cgroup(link.cgroup_id());
+        let unpinned = self.inner.unpin_link(&link);
         drop(link);
-        revoked
+        let revoked = revoked?;
+        unpinned.map(|()| revoked)
+    }
+
+    /// Releases a link without touching the maps (a stale link of
+    /// [`PinnedLinks::stale`]): unpins it (unless its pin holds another
+    /// link by now) and closes it, so it detaches.
+    pub fn release_link(&self, link: CgroupLink) -> Result<()> {
+        let unpinned = self.inner.unpin_link(&link);
+        drop(link);
+        unpinned
     }
 
     /// Runs the program once on `frame` with `BPF_PROG_TEST_RUN` and
@@ -482,6 +743,10 @@ mod tests {
     #[cfg(krt_bpf_stub)]
     #[test]
     fn a_stub_build_says_how_to_fix_it() {
+        assert_eq!(
+            EgressFilter::load_pinned(Path::new("/nonexistent")).unwrap_err(),
+            EgressError::NotBuilt
+        );
         let err = EgressFilter::load().unwrap_err();
         assert_eq!(err, EgressError::NotBuilt);
         assert!(err.to_string().contains("install clang and rebuild"));

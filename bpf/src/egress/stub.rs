@@ -4,7 +4,10 @@
 
 use std::path::Path;
 
-use super::{EgressError, FilterFlags, Observation, Prefix, Result, Stats, Verdict};
+use super::{
+    EgressError, FilterFlags, LedgerKind, Observation, PinOutcome, PinnedLinks, PinnedState,
+    Prefix, Result, Stats, Verdict,
+};
 use crate::cgroup_attach::CgroupLink;
 
 /// Uninhabited: [`Filter::load`] never returns one.
@@ -12,8 +15,56 @@ use crate::cgroup_attach::CgroupLink;
 pub(super) enum Filter {}
 
 impl Filter {
-    pub(super) fn load() -> Result<Self> {
+    pub(super) fn load(_: Option<&Path>) -> Result<Self> {
         Err(EgressError::NotBuilt)
+    }
+
+    pub(super) fn discard_pinned_maps(_: &Path) -> Result<()> {
+        Err(EgressError::NotBuilt)
+    }
+
+    pub(super) fn pinned_layout_version(_: &Path) -> Result<Option<u32>> {
+        Err(EgressError::NotBuilt)
+    }
+
+    pub(super) fn set_pinned_layout_version(_: &Path, _: u32) -> Result<()> {
+        Err(EgressError::NotBuilt)
+    }
+
+    pub(super) fn pin_outcome(&self) -> &PinOutcome {
+        match *self {}
+    }
+
+    pub(super) fn pin_dir(&self) -> Option<&Path> {
+        match *self {}
+    }
+
+    pub(super) fn take_pinned_links(&mut self) -> PinnedLinks {
+        match *self {}
+    }
+
+    pub(super) fn pin_link(&self, _: &mut CgroupLink) -> Result<()> {
+        match *self {}
+    }
+
+    pub(super) fn unpin_link(&self, _: &CgroupLink) -> Result<()> {
+        match *self {}
+    }
+
+    pub(super) fn read_state(&self) -> Result<PinnedState> {
+        match *self {}
+    }
+
+    pub(super) fn ledger_set_policy(&self, _: &[u8], _: Option<LedgerKind>) -> Result<()> {
+        match *self {}
+    }
+
+    pub(super) fn ledger_set_rule(&self, _: &[u8], _: Verdict, _: Prefix, _: bool) -> Result<()> {
+        match *self {}
+    }
+
+    pub(super) fn ledger_set_binding(&self, _: &[u8], _: u64, _: bool) -> Result<()> {
+        match *self {}
     }
 
     pub(super) fn set_filter(&self, _: u64, _: u32, _: FilterFlags) -> Result<()> {

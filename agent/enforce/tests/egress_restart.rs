@@ -1,0 +1,384 @@
+//! Network enforcement across a daemon restart (needs root, a cgroup v2
+//! mount and bpffs): the egress backend pinned under a bpffs directory
+//! keeps dropping when its process is gone, a new backend adopts the pins
+//! and the manager converges from them by diffs, an incompatible pin
+//! layout is discarded without a gap, and removing the pins detaches
+//! everything. Run with `cargo test -p kyverno-runtime-enforce --features
+//! host-tests --test egress_restart`.
+//!
+//! Each test mounts its own bpffs instance (so no pin outlives the test
+//! even when it fails: unmounting the last mount of an instance frees its
+//! pins) and creates its cgroups under the host's cgroup2 mount. A child of
+//! this binary joins a cgroup and connects; a dropped SYN shows as a
+//! connect timeout, and the assertions are on outcomes, never durations.
+//! "The daemon exits" is dropping the manager and its backend: then no
+//! process holds an fd of the programs, maps or links.
+
+#![cfg(feature = "host-tests")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use kyverno_runtime_bpf::egress::{EgressFilter, PinOutcome, LAYOUT_VERSION};
+use kyverno_runtime_enforce::egress::{
+    ContainerCgroup, EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy,
+};
+use kyverno_runtime_enforce::openexec::{BehaviorLists, Mode};
+use kyverno_runtime_enforce::{Enforcer as _, PolicyId};
+use kyverno_runtime_policy::selector::PodTarget;
+use kyverno_runtime_policy::values::FieldPath;
+
+const CHILD_ENV: &str = "KRT_EGRESS_RESTART_CHILD";
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
+
+fn mount_of(fstype: &str) -> Option<PathBuf> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        (right.split_whitespace().next()? == fstype)
+            .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+    })
+}
+
+fn cgroup2_mount() -> PathBuf {
+    mount_of("cgroup2").expect("no cgroup2 mount in /proc/self/mountinfo")
+}
+
+struct TempCgroup(PathBuf);
+
+impl TempCgroup {
+    fn new(tag: &str) -> Self {
+        let dir = cgroup2_mount().join(format!("krt-egress-restart-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir(&dir);
+        fs::create_dir(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn id(&self) -> u64 {
+        fs::metadata(&self.0).unwrap().ino()
+    }
+
+    fn remove(&self) -> bool {
+        for _ in 0..100 {
+            if fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for TempCgroup {
+    fn drop(&mut self) {
+        if !self.remove() {
+            eprintln!("cannot remove {}", self.0.display());
+        }
+    }
+}
+
+/// A private bpffs instance, unmounted (and so emptied) on drop.
+struct Bpffs(PathBuf);
+
+impl Bpffs {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "krt-egress-restart-{tag}-{}-bpffs",
+            std::process::id()
+        ));
+        // A leftover of an earlier run with the same pid.
+        let _ = Command::new("umount")
+            .arg(&dir)
+            .stderr(Stdio::null())
+            .status();
+        fs::create_dir_all(&dir).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount -t bpf failed: {status}");
+        Self(dir)
+    }
+
+    /// The backend's pin directory, as the daemon's `<pin dir>/egress`.
+    fn pins(&self) -> PathBuf {
+        self.0.join("egress")
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = fs::remove_dir(&self.0);
+    }
+}
+
+/// The child: joins the cgroup and connects; exit 0 connected, 10 not.
+#[test]
+fn connect_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (dir, addr) = spec.split_once('\t').unwrap();
+    fs::write(
+        Path::new(dir).join("cgroup.procs"),
+        std::process::id().to_string(),
+    )
+    .unwrap();
+    let addr: SocketAddr = addr.parse().unwrap();
+    let code = match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+        Ok(_) => 0,
+        Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => 10,
+        Err(e) => {
+            eprintln!("child: connect {addr}: {e}");
+            11
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Whether a child in `cg` connects to a listener on the host at `ip`.
+fn connects(cg: &TempCgroup, ip: &str) -> bool {
+    let ip: IpAddr = ip.parse().unwrap();
+    let listener = TcpListener::bind((ip, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "connect_child", "--nocapture", "-q"])
+        .env(CHILD_ENV, format!("{}\t{addr}", cg.0.display()))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    match status.code() {
+        Some(0) => true,
+        Some(10 | 11) => false,
+        _ => panic!("child failed: {status}"),
+    }
+}
+
+/// Polls until a child in `cg` connects to `ip` (a removed pin detaches
+/// its link only after an RCU grace period).
+fn eventually_connects(cg: &TempCgroup, ip: &str) -> bool {
+    for _ in 0..10 {
+        if connects(cg, ip) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+fn pid(id: &str) -> PolicyId {
+    PolicyId::new(id).unwrap()
+}
+
+fn policy(id: &str, allow: &[&str], deny: &[&str]) -> NetworkPolicy {
+    NetworkPolicy {
+        id: pid(id),
+        name: id.into(),
+        mode: Mode::Enforce,
+        target: PodTarget::everything(),
+        network: Some(BehaviorLists {
+            field: FieldPath::spec()
+                .field("behaviors")
+                .index(0)
+                .field("network"),
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+        }),
+    }
+}
+
+fn pod(uid: &str, cg: &TempCgroup) -> NetworkPod {
+    NetworkPod {
+        uid: uid.into(),
+        namespace: "default".into(),
+        name: uid.into(),
+        labels: BTreeMap::new(),
+        namespace_labels: BTreeMap::new(),
+        cgroups: vec![ContainerCgroup {
+            id: cg.id(),
+            path: cg.0.clone(),
+        }],
+    }
+}
+
+#[test]
+fn enforcement_survives_a_restart_and_converges_by_diffs() {
+    let bpffs = Bpffs::new("survive");
+    let pins = bpffs.pins();
+    let cg = TempCgroup::new("survive");
+
+    // The first daemon: two deny policies on one pod.
+    let before = {
+        let backend = EgressEnforcer::load_pinned(&pins).unwrap();
+        assert_eq!(backend.kernel().filter().pin_outcome(), &PinOutcome::Fresh);
+        let mut m = EgressManager::new(backend).unwrap();
+        assert!(m.upsert_pod(pod("pod-1", &cg)).is_empty());
+        for (id, deny) in [("deny-2", "127.0.0.2/32"), ("deny-3", "127.0.0.3")] {
+            let out = m.upsert_policy(policy(id, &[], &[deny]));
+            assert!(out.failures.is_empty(), "{:?}", out.failures);
+        }
+        assert!(!connects(&cg, "127.0.0.2"));
+        assert!(!connects(&cg, "127.0.0.3"));
+        assert!(connects(&cg, "127.0.0.1"));
+        m.programmed().clone()
+        // The daemon exits: every fd of the manager's backend is closed.
+    };
+    assert!(pins.join("links").join(cg.id().to_string()).exists());
+    assert_eq!(
+        EgressFilter::pinned_layout_version(&pins).unwrap(),
+        Some(LAYOUT_VERSION)
+    );
+    assert!(
+        !connects(&cg, "127.0.0.2"),
+        "the deny holds with no process holding the objects"
+    );
+    assert!(!connects(&cg, "127.0.0.3"));
+    assert!(connects(&cg, "127.0.0.1"));
+
+    // The next daemon adopts the pins: held() is what the first one held,
+    // rebuilt from the maps, and adopting wrote nothing.
+    let backend = EgressEnforcer::load_pinned(&pins).unwrap();
+    assert_eq!(
+        backend.kernel().filter().pin_outcome(),
+        &PinOutcome::Adopted
+    );
+    assert_eq!(backend.held().unwrap(), before);
+    assert_eq!(
+        before[&pid("deny-2")].cgroups,
+        [cg.id()].into(),
+        "{before:?}"
+    );
+    assert_eq!(backend.kernel().mutations(), 0, "adoption wrote nothing");
+    let mut m = EgressManager::new(backend).unwrap();
+    assert_eq!(m.programmed(), &before);
+    // The same pod and the surviving policy: no change, so no kernel write.
+    assert!(m.upsert_pod(pod("pod-1", &cg)).is_empty());
+    let out = m.upsert_policy(policy("deny-2", &[], &["127.0.0.2/32"]));
+    assert!(out.failures.is_empty(), "{:?}", out.failures);
+    assert_eq!(m.backend().kernel().mutations(), 0, "nothing to change");
+    assert_eq!(m.programmed(), &before);
+    assert!(!connects(&cg, "127.0.0.2"));
+    // deny-3 was deleted while no daemon ran: kept until the reconcile,
+    // which removes it.
+    assert!(!connects(&cg, "127.0.0.3"), "kept until the reconcile");
+    assert!(m.reconcile_adopted().is_empty());
+    assert!(!m.programmed().contains_key(&pid("deny-3")));
+    assert!(connects(&cg, "127.0.0.3"), "deny-3 is gone");
+    assert!(!connects(&cg, "127.0.0.2"), "deny-2 still holds");
+    assert!(connects(&cg, "127.0.0.1"));
+    let held_now = m.backend().held().unwrap();
+    drop(m);
+
+    // A third load reads back exactly what the second one left.
+    let backend = EgressEnforcer::load_pinned(&pins).unwrap();
+    assert_eq!(backend.held().unwrap(), held_now);
+    drop(backend);
+
+    // Uninstall: removing the pins detaches everything (after an RCU grace
+    // period).
+    EgressEnforcer::remove_pins(&pins).unwrap();
+    assert!(!pins.exists());
+    assert!(eventually_connects(&cg, "127.0.0.2"), "the deny is gone");
+}
+
+#[test]
+fn an_incompatible_pin_layout_is_discarded_without_a_gap() {
+    let bpffs = Bpffs::new("layout");
+    let pins = bpffs.pins();
+    let a = TempCgroup::new("layout-a");
+    let b = TempCgroup::new("layout-b");
+    {
+        let mut m = EgressManager::new(EgressEnforcer::load_pinned(&pins).unwrap()).unwrap();
+        m.upsert_pod(pod("pod-a", &a));
+        m.upsert_pod(pod("pod-b", &b));
+        let out = m.upsert_policy(policy("deny-2", &[], &["127.0.0.2"]));
+        assert!(out.failures.is_empty(), "{:?}", out.failures);
+    }
+    // The pins now read as another build's layout.
+    EgressFilter::set_pinned_layout_version(&pins, LAYOUT_VERSION + 1).unwrap();
+
+    let backend = EgressEnforcer::load_pinned(&pins).unwrap();
+    match backend.kernel().filter().pin_outcome() {
+        PinOutcome::Discarded { reason } => {
+            assert!(
+                reason.contains(&format!("layout version {}", LAYOUT_VERSION + 1)),
+                "{reason}"
+            );
+        }
+        other => panic!("not discarded: {other:?}"),
+    }
+    assert!(backend.held().unwrap().is_empty(), "nothing misread");
+    assert_eq!(backend.kernel().stale_links(), 2);
+    assert_eq!(
+        EgressFilter::pinned_layout_version(&pins).unwrap(),
+        Some(LAYOUT_VERSION),
+        "rebuilt with this build's layout"
+    );
+    // The old links keep enforcing the old state meanwhile.
+    assert!(!connects(&a, "127.0.0.2"));
+    assert!(!connects(&b, "127.0.0.2"));
+
+    // The new daemon programs pod-a again: its link replaces the old pin.
+    let mut m = EgressManager::new(backend).unwrap();
+    m.upsert_pod(pod("pod-a", &a));
+    let out = m.upsert_policy(policy("deny-2", &[], &["127.0.0.2"]));
+    assert!(out.failures.is_empty(), "{:?}", out.failures);
+    assert_eq!(m.backend().kernel().stale_links(), 1);
+    assert!(!connects(&a, "127.0.0.2"));
+    assert!(connects(&a, "127.0.0.1"));
+    assert!(!connects(&b, "127.0.0.2"), "b's old link still holds");
+    // The reconcile releases what nobody re-programmed.
+    assert!(m.reconcile_adopted().is_empty());
+    assert_eq!(m.backend().kernel().stale_links(), 0);
+    assert!(eventually_connects(&b, "127.0.0.2"), "b's old link is gone");
+    assert!(!connects(&a, "127.0.0.2"), "a is served by the new state");
+    drop(m);
+
+    EgressEnforcer::remove_pins(&pins).unwrap();
+    assert!(eventually_connects(&a, "127.0.0.2"));
+}
+
+#[test]
+fn a_cgroup_removed_while_down_is_forgotten() {
+    let bpffs = Bpffs::new("gone");
+    let pins = bpffs.pins();
+    let kept = TempCgroup::new("gone-kept");
+    let gone = TempCgroup::new("gone-removed");
+    let gone_id = gone.id();
+    {
+        let mut m = EgressManager::new(EgressEnforcer::load_pinned(&pins).unwrap()).unwrap();
+        m.upsert_pod(pod("pod-kept", &kept));
+        m.upsert_pod(pod("pod-gone", &gone));
+        let out = m.upsert_policy(policy("deny-2", &[], &["127.0.0.2"]));
+        assert!(out.failures.is_empty(), "{:?}", out.failures);
+    }
+    assert!(gone.remove(), "a cgroup with a pinned link can be removed");
+    // The kernel releases the removed cgroup's programs asynchronously;
+    // until then its link still reads as attached.
+    let mut held = None;
+    for _ in 0..100 {
+        let backend = EgressEnforcer::load_pinned(&pins).unwrap();
+        let h = backend.held().unwrap();
+        if !h[&pid("deny-2")].cgroups.contains(&gone_id) {
+            held = Some(h);
+            break;
+        }
+        drop(backend);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let held = held.expect("the removed cgroup is still held");
+    assert_eq!(held[&pid("deny-2")].cgroups, [kept.id()].into());
+    assert!(!pins.join("links").join(gone_id.to_string()).exists());
+    assert!(!connects(&kept, "127.0.0.2"));
+    EgressEnforcer::remove_pins(&pins).unwrap();
+    assert!(eventually_connects(&kept, "127.0.0.2"));
+}
