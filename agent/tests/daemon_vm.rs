@@ -45,6 +45,8 @@ const GUEST_KUBECONFIG: &str = "/etc/kyverno-runtime/kubeconfig";
 /// A monitor policy watches egress to this address; the workload connects.
 const WATCHED: &str = "127.0.0.2";
 const WATCHED_PORT: u16 = 8080;
+/// An enforce policy of the restart check denies egress to this address.
+const DENIED_NET: &str = "127.0.0.4";
 
 const CHILD_OK: u8 = 0;
 const CHILD_REFUSED: u8 = 13;
@@ -102,7 +104,14 @@ fn host(mode: &str) -> ExitCode {
 
     // Left by an interrupted restart check: not part of the demo.
     cluster
-        .kubectl_ok(&["delete", "rpol", "demo-deny-other", "--ignore-not-found"])
+        .kubectl_ok(&[
+            "delete",
+            "rpol",
+            "demo-deny-other",
+            "demo-deny-net",
+            "demo-watch-dns-ssh",
+            "--ignore-not-found",
+        ])
         .unwrap();
     for example in ["examples/deny-exec.yaml", "examples/watch-egress.yaml"] {
         println!("$ kubectl apply -f {example}");
@@ -283,7 +292,36 @@ fn child(args: &[String]) -> ExitCode {
                 Err(std::io::Error::other("the program failed"))
             }
         }),
-        "connect" => std::net::TcpStream::connect(target.as_str()).map(drop),
+        // A dropped SYN is retried, not reported, so a bounded wait that
+        // times out counts as refused (the target listens on loopback: in
+        // this guest nothing else can make it time out).
+        "connect" => target
+            .parse()
+            .map_err(std::io::Error::other)
+            .and_then(|addr| std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)))
+            .map(drop)
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    std::io::Error::from_raw_os_error(1)
+                } else {
+                    e
+                }
+            }),
+        // An ssh client's first bytes: the classifier names the flow `ssh`.
+        "ssh" => std::net::TcpStream::connect(target.as_str()).and_then(|mut s| {
+            use std::io::Write;
+            s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n")
+        }),
+        // One DNS question (type A) for `target` to the loopback resolver.
+        "dns" => std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| {
+            let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+            for label in target.split('.') {
+                q.push(u8::try_from(label.len()).unwrap_or(63));
+                q.extend_from_slice(label.as_bytes());
+            }
+            q.extend_from_slice(&[0, 0, 1, 0, 1]);
+            s.send_to(&q, ("127.0.0.1", 53)).map(drop)
+        }),
         _ => Err(std::io::Error::other("unknown op")),
     };
     match result {
@@ -558,6 +596,22 @@ fn guest(mode: &str) -> ExitCode {
             "spec": {"mode": "enforce", "podSelector": {"matchLabels": {"app": "web"}},
                      "behaviors": [{"exec": {"deny": {"values": [OTHER]}}}]}}),
         );
+        // And a network deny, enforced by the pinned egress filter.
+        g.ssa(
+            &policies,
+            "demo-deny-net",
+            serde_json::json!({
+            "apiVersion": "runtime.nirmata.io/v1alpha1", "kind": "RuntimePolicy",
+            "metadata": {"name": "demo-deny-net"},
+            "spec": {"mode": "enforce", "podSelector": {"matchLabels": {"app": "web"}},
+                     "behaviors": [{"network": {"deny": {"values": [format!("{DENIED_NET}/32")]}}}]}}),
+        );
+        let listener = std::net::TcpListener::bind((DENIED_NET, WATCHED_PORT)).unwrap();
+        std::thread::spawn(move || {
+            for s in listener.incoming().flatten() {
+                drop(s)
+            }
+        });
     }
 
     // The workload pod: its object, then its container cgroup (cgroupfs
@@ -604,6 +658,13 @@ fn guest(mode: &str) -> ExitCode {
         wait_until("the second exec deny", Duration::from_secs(30), || {
             (run_child(&procs, "exec", OTHER) == Outcome::Refused).then_some(())
         });
+        let denied = format!("{DENIED_NET}:{WATCHED_PORT}");
+        wait_until("the network deny", Duration::from_secs(30), || {
+            (run_child(&procs, "connect", &denied) == Outcome::Refused).then_some(())
+        });
+        println!(
+            "         $ connect {denied}: dropped (SYN never delivered), policy demo-deny-net"
+        );
     }
     assert_eq!(
         run_child(&procs, "exec", "/bin/busybox"),
@@ -691,6 +752,65 @@ fn guest(mode: &str) -> ExitCode {
         .find(|b| b.behavior == "exec")
         .map(|b| b.backend.clone());
     assert_eq!(exec_backend.as_deref(), Some("bpf_lsm"), "{rp:?}");
+    if mode == "restart" {
+        // Protocol and DNS observation through the same daemon: a monitor
+        // policy reporting every question and ssh flows.
+        g.ssa(
+            &policies,
+            "demo-watch-dns-ssh",
+            serde_json::json!({
+            "apiVersion": "runtime.nirmata.io/v1alpha1", "kind": "RuntimePolicy",
+            "metadata": {"name": "demo-watch-dns-ssh"},
+            "spec": {"mode": "monitor", "podSelector": {"matchLabels": {"app": "web"}},
+                     "behaviors": [{"dns": {"deny": {"values": ["*"]}}},
+                                   {"protocol": {"deny": {"values": ["ssh"]}}}]}}),
+        );
+        let resolver = std::net::UdpSocket::bind("127.0.0.1:53").unwrap();
+        let ssh_listener = std::net::TcpListener::bind("127.0.0.1:2222").unwrap();
+        std::thread::spawn(move || {
+            for s in ssh_listener.incoming().flatten() {
+                drop(s)
+            }
+        });
+        let results = wait_until(
+            "dns and protocol findings in the Report",
+            Duration::from_secs(90),
+            || {
+                // Repeated until the policy is programmed (the first tries may
+                // come before the daemon has seen it).
+                assert_eq!(run_child(&procs, "dns", "www.example.com"), Outcome::Done);
+                assert_eq!(run_child(&procs, "ssh", "127.0.0.1:2222"), Outcome::Done);
+                let r =
+                    g.rt.block_on(reports.get_opt("kyverno-runtime-web"))
+                        .ok()??;
+                let results = r.spec.results.clone().unwrap_or_default();
+                let has = |rule: &str, target: &str| {
+                    results.iter().any(|x| {
+                        x.policy == "demo-watch-dns-ssh"
+                            && x.rule.as_deref() == Some(rule)
+                            && x.properties
+                                .as_ref()
+                                .and_then(|p| p.get("target"))
+                                .is_some_and(|t| t == target)
+                    })
+                };
+                (has("dns", "www.example.com") && has("protocol", "ssh")).then_some(results)
+            },
+        );
+        drop(resolver);
+        for r in results.iter().filter(|r| r.policy == "demo-watch-dns-ssh") {
+            let p = r.properties.clone().unwrap_or_default();
+            println!(
+                "         report: {} {} {} count={}",
+                r.policy,
+                r.rule.clone().unwrap_or_default(),
+                p.get("target").cloned().unwrap_or_default(),
+                p.get("count").cloned().unwrap_or_default()
+            );
+        }
+        g.rt.block_on(policies.delete("demo-watch-dns-ssh", &DeleteParams::default()))
+            .unwrap();
+    }
     if mode == "demo" {
         let (took, _) = daemon.terminate();
         println!(
@@ -713,7 +833,10 @@ fn guest(mode: &str) -> ExitCode {
         );
         std::thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
-                if run_child(&procs, "exec", FORBIDDEN) == Outcome::Done {
+                if run_child(&procs, "exec", FORBIDDEN) == Outcome::Done
+                    || run_child(&procs, "connect", &format!("{DENIED_NET}:{WATCHED_PORT}"))
+                        == Outcome::Done
+                {
                     allowed.lock().unwrap().push(Instant::now());
                 }
                 *checks.lock().unwrap() += 1;
@@ -755,7 +878,7 @@ fn guest(mode: &str) -> ExitCode {
     stop.store(true, Ordering::SeqCst);
     poller.join().unwrap();
     let gaps = allowed_during_restart.lock().unwrap().len();
-    println!("[{:>5.1}s] new daemon reconciled: {OTHER} allowed; {FORBIDDEN} refused in all {} checks across the restart", started.elapsed().as_secs_f64(), checks.lock().unwrap());
+    println!("[{:>5.1}s] new daemon reconciled: {OTHER} allowed; {FORBIDDEN} and {DENIED_NET} refused in all {} checks across the restart", started.elapsed().as_secs_f64(), checks.lock().unwrap());
     assert_eq!(
         gaps, 0,
         "the denied exec was allowed {gaps} time(s) during the restart"
@@ -784,8 +907,16 @@ fn guest(mode: &str) -> ExitCode {
         Duration::from_secs(10),
         || (run_child(&procs, "exec", FORBIDDEN) == Outcome::Done).then_some(()),
     );
+    wait_until(
+        "the connection to be allowed after the uninstall",
+        Duration::from_secs(10),
+        || {
+            (run_child(&procs, "connect", &format!("{DENIED_NET}:{WATCHED_PORT}")) == Outcome::Done)
+                .then_some(())
+        },
+    );
     println!(
-        "[{:>5.1}s] DaemonSet deleted, SIGTERM: every pin removed, {FORBIDDEN} allowed again",
+        "[{:>5.1}s] DaemonSet deleted, SIGTERM: every pin removed, {FORBIDDEN} and {DENIED_NET} allowed again",
         started.elapsed().as_secs_f64()
     );
     ExitCode::SUCCESS

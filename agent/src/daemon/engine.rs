@@ -17,9 +17,12 @@ use kyverno_runtime_api::runtimepolicy::{
     BehaviorBackend, EventSourceState, EventSourceStatus, NodePolicyStatus, RuntimePolicy,
     RuntimePolicyMode, UnresolvedPod,
 };
+use kyverno_runtime_bpf::dns::DnsQuestion;
+use kyverno_runtime_enforce::dns::{DnsGateManager, DnsPolicy, KernelDns};
 use kyverno_runtime_enforce::egress::{EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy};
 use kyverno_runtime_enforce::lsm::LsmEnforcer;
 use kyverno_runtime_enforce::openexec::{OpenExecManager, OpenExecPolicy, Pod as OpenExecPod};
+use kyverno_runtime_enforce::protocol::{KernelProtocol, ProtocolManager, ProtocolPolicy};
 use kyverno_runtime_enforce::{CgroupId, Decision, PolicyId};
 use kyverno_runtime_metrics::{DropReason, Metrics};
 use kyverno_runtime_policy::compile::{CompiledPolicy, EvaluationResult};
@@ -42,6 +45,10 @@ const REJECTIONS_SHOWN: usize = 8;
 pub type OpenExec = OpenExecManager<LsmEnforcer, LsmEnforcer>;
 /// The network manager over the kernel backend.
 pub type Egress = EgressManager<EgressEnforcer>;
+/// The protocol manager over the kernel classifier.
+pub type Protocol = ProtocolManager<KernelProtocol>;
+/// The DNS question observer's gate over the kernel observer.
+pub type Dns = DnsGateManager<KernelDns>;
 
 /// A backend slot: the loaded manager, or why there is none.
 pub enum Slot<M> {
@@ -52,6 +59,13 @@ pub enum Slot<M> {
 }
 
 impl<M> Slot<M> {
+    fn get_ref(&self) -> Option<&M> {
+        match self {
+            Slot::Ready(m) => Some(m),
+            Slot::Unavailable(_) => None,
+        }
+    }
+
     fn get(&mut self) -> Option<&mut M> {
         match self {
             Slot::Ready(m) => Some(m),
@@ -59,7 +73,8 @@ impl<M> Slot<M> {
         }
     }
 
-    fn reason(&self) -> Option<&str> {
+    /// Why it is unavailable, if it is.
+    pub fn reason(&self) -> Option<&str> {
         match self {
             Slot::Ready(_) => None,
             Slot::Unavailable(r) => Some(r),
@@ -122,6 +137,10 @@ pub struct Parts {
     pub openexec: Slot<OpenExec>,
     /// The network manager, or why there is none.
     pub egress: Slot<Egress>,
+    /// The protocol manager, or why there is none.
+    pub protocol: Slot<Protocol>,
+    /// The DNS gate, or why there is none.
+    pub dns: Slot<Dns>,
     /// Finds container cgroups.
     pub resolver: CgroupResolver,
     /// This node's status reports.
@@ -138,6 +157,8 @@ pub struct Engine {
     backends: Vec<BehaviorBackend>,
     openexec: Slot<OpenExec>,
     egress: Slot<Egress>,
+    protocol: Slot<Protocol>,
+    dns: Slot<Dns>,
     resolver: CgroupResolver,
     reports: Reports,
     metrics: Arc<Metrics>,
@@ -168,6 +189,8 @@ impl Engine {
             backends,
             openexec,
             egress,
+            protocol,
+            dns,
             resolver,
             reports,
             metrics,
@@ -178,6 +201,8 @@ impl Engine {
             backends,
             openexec,
             egress,
+            protocol,
+            dns,
             resolver,
             reports,
             metrics,
@@ -286,6 +311,12 @@ impl Engine {
             if let Some(m) = self.egress.get() {
                 failures.extend(m.delete_policy(&id).iter().map(ToString::to_string));
             }
+            if let Some(m) = self.protocol.get() {
+                failures.extend(m.delete_policy(&id).iter().map(ToString::to_string));
+            }
+            if let Some(m) = self.dns.get() {
+                failures.extend(m.delete_policy(&id).iter().map(ToString::to_string));
+            }
             for f in failures {
                 tracing::error!(policy = %name, failure = %f, "unprogramming a deleted policy failed");
             }
@@ -386,11 +417,37 @@ impl Engine {
         }
         if let Some(m) = self.egress.get() {
             let outcome = m.upsert_policy(NetworkPolicy {
+                id: id.clone(),
+                name: name.to_string(),
+                mode,
+                target: target.clone(),
+                network: convert::lists(&result, BehaviorKind::Network),
+            });
+            rejections
+                .network
+                .extend(outcome.rejections.iter().map(ToString::to_string));
+            failures.extend(outcome.failures.iter().map(ToString::to_string));
+        }
+        if let Some(m) = self.protocol.get() {
+            let outcome = m.upsert_policy(ProtocolPolicy {
+                id: id.clone(),
+                name: name.to_string(),
+                mode,
+                target: target.clone(),
+                protocol: convert::lists(&result, BehaviorKind::Protocol),
+            });
+            rejections
+                .network
+                .extend(outcome.rejections.iter().map(ToString::to_string));
+            failures.extend(outcome.failures.iter().map(ToString::to_string));
+        }
+        if let Some(m) = self.dns.get() {
+            let outcome = m.upsert_policy(DnsPolicy {
                 id,
                 name: name.to_string(),
                 mode,
                 target,
-                network: convert::lists(&result, BehaviorKind::Network),
+                dns: convert::lists(&result, BehaviorKind::Dns),
             });
             rejections
                 .network
@@ -498,6 +555,12 @@ impl Engine {
         if let Some(m) = self.egress.get() {
             failures.extend(m.delete_pod(uid).iter().map(ToString::to_string));
         }
+        if let Some(m) = self.protocol.get() {
+            failures.extend(m.delete_pod(uid).iter().map(ToString::to_string));
+        }
+        if let Some(m) = self.dns.get() {
+            failures.extend(m.delete_pod(uid).iter().map(ToString::to_string));
+        }
         for f in failures {
             tracing::error!(pod = %uid, failure = %f, "unbinding a departed pod failed");
         }
@@ -545,6 +608,24 @@ impl Engine {
                 .map(|f| (f.policy.as_str().to_string(), f.to_string())),
             );
         }
+        let network_pod = NetworkPod {
+            uid: uid.to_string(),
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            labels: p.labels.clone(),
+            namespace_labels: self.namespace_labels(&p.namespace),
+            cgroups: p.cgroups.containers.clone(),
+        };
+        if let Some(m) = self.protocol.get() {
+            for f in m.upsert_pod(network_pod.clone()) {
+                tracing::error!(pod = %uid, failure = %f, "attaching the protocol classifier failed");
+            }
+        }
+        if let Some(m) = self.dns.get() {
+            for f in m.upsert_pod(network_pod) {
+                tracing::error!(pod = %uid, failure = %f, "gating the DNS observer failed");
+            }
+        }
         for (policy, f) in failures {
             tracing::error!(pod = %uid, %policy, failure = %f, "binding a pod failed");
             self.failures.entry(policy).or_default().push(f);
@@ -576,6 +657,11 @@ impl Engine {
                 tracing::error!(failure = %f, "reconciling adopted open/exec state failed");
             }
         }
+        if let Some(m) = self.egress.get() {
+            for f in m.reconcile_adopted() {
+                tracing::error!(failure = %f, "reconciling adopted egress state failed");
+            }
+        }
     }
 
     // ---- observations ---------------------------------------------------------------
@@ -588,7 +674,7 @@ impl Engine {
     /// that no pod or no policy explains is counted as dropped, never lost
     /// silently.
     pub fn drain(&mut self) {
-        let mut observed: Vec<(report::Behavior, CgroupId, Target, Decision, u64)> = Vec::new();
+        let mut observed: Vec<(report::Behavior, CgroupId, Decision, u64, Target)> = Vec::new();
         if let Slot::Ready(m) = &mut self.openexec {
             let drained = m.drain();
             for (behavior, obs) in drained.observations {
@@ -606,9 +692,9 @@ impl Engine {
                 observed.push((
                     b,
                     obs.cgroup,
-                    Target::Path(obs.observed),
                     obs.decision,
                     obs.count,
+                    Target::Path(obs.observed),
                 ));
             }
             for (behavior, e) in drained.errors {
@@ -633,17 +719,59 @@ impl Engine {
                         observed.push((
                             report::Behavior::Network,
                             obs.cgroup,
-                            Target::Ip(obs.observed),
                             obs.decision,
                             obs.count,
+                            Target::Ip(obs.observed),
                         ));
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "draining egress counters failed"),
             }
         }
+        if let Slot::Ready(m) = &mut self.protocol {
+            let drained = m.drain();
+            if drained.events_lost > 0 {
+                self.metrics.events_dropped(
+                    "egress-observe",
+                    DropReason::ringbuf_full,
+                    drained.events_lost,
+                );
+            }
+            for e in drained.errors {
+                tracing::warn!(error = %e, "draining protocol events failed");
+            }
+            for obs in drained.observations {
+                let kind = format!("protocol-{}", decision_label(obs.decision));
+                self.metrics
+                    .events_ingested("egress-observe", &kind, obs.count);
+                observed.push((
+                    report::Behavior::Protocol,
+                    obs.cgroup,
+                    obs.decision,
+                    obs.count,
+                    Target::Protocol(obs),
+                ));
+            }
+        }
+        if let Slot::Ready(m) = &mut self.dns {
+            match m.stats_delta() {
+                Ok(d) => {
+                    self.metrics.events_dropped(
+                        "dnsquery",
+                        DropReason::ringbuf_full,
+                        d.ringbuf_full,
+                    );
+                    self.metrics.events_dropped(
+                        "dnsquery",
+                        DropReason::name_unreadable,
+                        d.name_unreadable,
+                    );
+                }
+                Err(e) => tracing::debug!(error = %e, "DNS loss counters unavailable"),
+            }
+        }
         let now = SystemTime::now();
-        for (behavior, cgroup, target, decision, count) in observed {
+        for (behavior, cgroup, decision, count, target) in observed {
             self.attribute(behavior, cgroup, &target, decision, count, now);
         }
     }
@@ -658,13 +786,16 @@ impl Engine {
         now: SystemTime,
     ) {
         let source = match behavior {
-            report::Behavior::Network => "egress-observe",
+            report::Behavior::Network | report::Behavior::Protocol => "egress-observe",
+            report::Behavior::Dns => "dnsquery",
             _ => "openexec-observe",
         };
         let kind = match behavior {
             report::Behavior::Network => BehaviorKind::Network,
+            report::Behavior::Protocol => BehaviorKind::Protocol,
+            report::Behavior::Dns => BehaviorKind::Dns,
             report::Behavior::Exec => BehaviorKind::Exec,
-            _ => BehaviorKind::Open,
+            report::Behavior::Open => BehaviorKind::Open,
         };
         let Some((uid, pod)) = self
             .pods
@@ -702,6 +833,7 @@ impl Engine {
             let verdict = match target {
                 Target::Path(path) => monitor::judge_path(&lists, path),
                 Target::Ip(ip) => monitor::judge_ip(&lists, *ip),
+                Target::Protocol(o) => monitor::judge(&lists, |v| o.matches_value(v)),
             };
             let enforced = match p.mode {
                 Some(RuntimePolicyMode::Enforce) if kernel_refused && verdict.denies() => true,
@@ -741,6 +873,64 @@ impl Engine {
             // explains (a policy deleted since, or adopted pins).
             self.metrics
                 .events_dropped(source, DropReason::unattributed_kernel_deny, count);
+        }
+    }
+
+    /// Questions the DNS observer read: each one a finding on every
+    /// monitor policy of the asking pod whose dns lists report it.
+    /// `undecodable` is what the reader could not decode since the last
+    /// batch, counted as dropped.
+    pub fn dns_questions(&mut self, questions: Vec<DnsQuestion>, undecodable: u64) {
+        self.metrics
+            .events_dropped("dnsquery", DropReason::undecodable, undecodable);
+        let Slot::Ready(m) = &self.dns else {
+            return;
+        };
+        let now = SystemTime::now();
+        for q in questions {
+            self.metrics.events_ingested("dnsquery", "dns", 1);
+            let Some((uid, pod)) = self
+                .pods
+                .iter()
+                .find(|(_, p)| p.cgroups.containers.iter().any(|c| c.id == q.cgroup_id))
+            else {
+                self.metrics.attribution_miss();
+                self.metrics
+                    .events_dropped("dnsquery", DropReason::unattributed, 1);
+                continue;
+            };
+            let Some(findings) = &self.findings else {
+                continue;
+            };
+            for v in m.verdicts(q.cgroup_id, &q.qname) {
+                if !v.verdict.reported() {
+                    continue;
+                }
+                let Some(p) = self.policies.values().find(|p| p.uid == v.policy.as_str()) else {
+                    continue;
+                };
+                self.metrics.finding_emitted(&p.name, "dns");
+                findings.submit(Finding {
+                    policy: p.name.clone(),
+                    policy_uid: p.uid.clone(),
+                    behavior: report::Behavior::Dns,
+                    pod: PodIdentity {
+                        namespace: pod.namespace.clone(),
+                        name: pod.name.clone(),
+                        uid: uid.clone(),
+                        container: pod.cgroups.names.get(&q.cgroup_id).cloned(),
+                        owner_kind: pod.owner.as_ref().map(|o| o.0.clone()),
+                        owner_name: pod.owner.as_ref().map(|o| o.1.clone()),
+                    },
+                    target: q.qname.clone(),
+                    enforced: false,
+                    decision: (v.verdict == kyverno_runtime_enforce::dns::NameVerdict::Denied)
+                        .then_some(report::Decision::Denied),
+                    count: 1,
+                    first_observed: now,
+                    last_observed: now,
+                });
+            }
         }
     }
 
@@ -795,17 +985,23 @@ impl Engine {
                     self.openexec.reason().map(|r| format!("{kind}: {r}"))
                 }
                 BehaviorKind::Network => self.egress.reason().map(|r| format!("network: {r}")),
-                BehaviorKind::Protocol => {
-                    Some("protocol: the classifier is not wired into the daemon yet".to_string())
-                }
-                BehaviorKind::Dns => monitor.then(|| {
-                    "dns: the question observer is not wired into the daemon yet".to_string()
-                }),
+                BehaviorKind::Protocol => self.protocol.reason().map(|r| format!("protocol: {r}")),
+                BehaviorKind::Dns => monitor
+                    .then(|| self.dns.reason().map(|r| format!("dns: {r}")))
+                    .flatten(),
             };
             missing.extend(gap);
         }
         if let Some(f) = self.failures.get(&p.uid) {
             missing.extend(f.iter().cloned());
+        }
+        if let Ok(id) = PolicyId::new(p.uid.clone()) {
+            if let Some(m) = self.protocol.get_ref() {
+                missing.extend(m.failures(&id).iter().map(|f| format!("protocol: {f}")));
+            }
+            if let Some(m) = self.dns.get_ref() {
+                missing.extend(m.failures(&id).iter().map(|f| format!("dns: {f}")));
+            }
         }
         if let PolicyOutcome::Compiled {
             evaluate_error: Some(e),
@@ -875,6 +1071,7 @@ impl Engine {
                 let failed = match name {
                     "openexec-observe" => self.openexec.reason().map(str::to_string),
                     "egress-observe" => self.egress.reason().map(str::to_string),
+                    "dnsquery" => self.dns.reason().map(str::to_string),
                     other => Some(format!("{other} is not wired into the daemon yet")),
                 };
                 EventSourceStatus {
@@ -896,16 +1093,34 @@ impl Engine {
         let empty = Rejections::default();
         let r = self.rejections.get(&p.uid).unwrap_or(&empty);
         let mut out = Vec::new();
+        // TargetsValid covers every egress-side behavior: network
+        // destinations, protocol tokens and dns names.
+        let egress_side = [
+            BehaviorKind::Network,
+            BehaviorKind::Protocol,
+            BehaviorKind::Dns,
+        ]
+        .into_iter()
+        .find(|k| p.active.contains(k));
         for (kind, type_, list) in [
-            (BehaviorKind::Network, types::TARGETS_VALID, &r.network),
+            (
+                egress_side.unwrap_or(BehaviorKind::Network),
+                types::TARGETS_VALID,
+                &r.network,
+            ),
             (BehaviorKind::Open, types::OPEN_RULES_VALID, &r.open),
             (BehaviorKind::Exec, types::EXEC_RULES_VALID, &r.exec),
         ] {
             if !p.active.contains(&kind) {
                 continue;
             }
+            let what = if type_ == types::TARGETS_VALID {
+                "target"
+            } else {
+                kind.as_str()
+            };
             let (status, reason, message) = if list.is_empty() {
-                ("True", "Valid", format!("every {kind} value is programmed"))
+                ("True", "Valid", format!("every {what} value is programmed"))
             } else {
                 let mut shown: Vec<&str> = list
                     .iter()
@@ -946,6 +1161,7 @@ impl Engine {
 enum Target {
     Path(String),
     Ip(IpAddr),
+    Protocol(kyverno_runtime_enforce::protocol::ProtocolObservation),
 }
 
 impl std::fmt::Display for Target {
@@ -953,6 +1169,10 @@ impl std::fmt::Display for Target {
         match self {
             Target::Path(p) => f.write_str(p),
             Target::Ip(ip) => write!(f, "{ip}"),
+            Target::Protocol(o) => match &o.alpn {
+                Some(alpn) => write!(f, "{} (alpn {alpn})", o.protocol),
+                None => f.write_str(o.protocol),
+            },
         }
     }
 }
@@ -1002,6 +1222,8 @@ mod tests {
             backends: Vec::new(),
             openexec: Slot::Unavailable("no LSM here".into()),
             egress: Slot::Unavailable("no cgroup v2 here".into()),
+            protocol: Slot::Unavailable("no classifier here".into()),
+            dns: Slot::Unavailable("no observer here".into()),
             resolver,
             reports: reports.clone(),
             metrics: Arc::new(Metrics::new()),

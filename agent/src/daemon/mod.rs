@@ -175,6 +175,9 @@ struct Loaded {
     plan: Plan,
     openexec: Slot<engine::OpenExec>,
     egress: Slot<engine::Egress>,
+    protocol: Slot<engine::Protocol>,
+    dns: Slot<engine::Dns>,
+    dns_reader: Option<kyverno_runtime_bpf::dns::DnsReader>,
     /// Why open/exec runs on another backend than the plan's, if it does.
     fallback: Option<String>,
 }
@@ -221,20 +224,101 @@ fn load_backends(args: &DaemonArgs) -> Loaded {
     let egress = if !net.available {
         Slot::Unavailable(net.reason.clone())
     } else {
-        match EgressEnforcer::load().and_then(EgressManager::new) {
+        // Pinned like open/exec: the filter keeps dropping across a restart.
+        match on_bpffs(&args.pin_dir).and_then(|()| {
+            EgressEnforcer::load_pinned(&args.pin_dir.join("egress"))
+                .and_then(EgressManager::new)
+                .map_err(|e| format!("loading the egress filter: {e}"))
+        }) {
             Ok(m) => Slot::Ready(m),
-            Err(e) => Slot::Unavailable(format!("loading the egress filter: {e}")),
+            Err(e) => Slot::Unavailable(e),
         }
     };
     if let Slot::Unavailable(r) = &egress {
         tracing::error!(reason = %r, "network enforcement is not available on this node");
     }
+    // One at a time: loading a backend takes over libbpf's process-wide log
+    // callback while it runs.
+    let proto = plan.entry(Behavior::Protocol);
+    let protocol = if !proto.available {
+        Slot::Unavailable(proto.reason.clone())
+    } else {
+        match kyverno_runtime_enforce::protocol::ProtocolManager::load() {
+            Ok(m) => Slot::Ready(m),
+            Err(e) => Slot::Unavailable(format!("loading the protocol classifier: {e}")),
+        }
+    };
+    let dns_entry = plan.entry(Behavior::Dns);
+    let dns = if !dns_entry.available {
+        Slot::Unavailable(dns_entry.reason.clone())
+    } else {
+        match kyverno_runtime_enforce::dns::DnsGateManager::load() {
+            Ok(m) => Slot::Ready(m),
+            Err(e) => Slot::Unavailable(format!("loading the DNS question observer: {e}")),
+        }
+    };
+    let dns_reader = match &dns {
+        Slot::Ready(m) => match m.reader() {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::error!(error = %e, "opening the DNS question ring buffer failed: no dns observation");
+                None
+            }
+        },
+        Slot::Unavailable(_) => None,
+    };
+    for (what, slot) in [("protocol", protocol.reason()), ("dns", dns.reason())] {
+        if let Some(r) = slot {
+            tracing::error!(reason = %r, "{what} is not available on this node");
+        }
+    }
     Loaded {
         plan,
         openexec,
         egress,
+        protocol,
+        dns,
+        dns_reader,
         fallback,
     }
+}
+
+/// Reads DNS questions on a thread of its own (the ring buffer's poll
+/// blocks) and hands them to the engine in batches, with how many records
+/// were undecodable since the last batch. The thread ends once the engine
+/// is gone. A full channel makes it wait, and the kernel then counts what
+/// the ring buffer could not hold (ringbuf_full): nothing is lost silently.
+fn spawn_dns_reader(
+    mut reader: kyverno_runtime_bpf::dns::DnsReader,
+) -> tokio::sync::mpsc::Receiver<(Vec<kyverno_runtime_bpf::dns::DnsQuestion>, u64)> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let spawned = std::thread::Builder::new()
+        .name("dns-reader".into())
+        .spawn(move || {
+            let mut undecodable_seen = 0;
+            while !tx.is_closed() {
+                match reader.poll_questions(Duration::from_millis(500)) {
+                    Ok(questions) => {
+                        let undecodable = reader.undecodable();
+                        let delta = undecodable.saturating_sub(undecodable_seen);
+                        undecodable_seen = undecodable;
+                        if (!questions.is_empty() || delta > 0)
+                            && tx.blocking_send((questions, delta)).is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading DNS questions failed; retrying");
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "starting the DNS reader thread failed: no dns observation");
+    }
+    rx
 }
 
 /// Checks that `pin_dir` is (or would be created) on a bpffs. Pins on any
@@ -343,6 +427,8 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         backends,
         openexec: loaded.openexec,
         egress: loaded.egress,
+        protocol: loaded.protocol,
+        dns: loaded.dns,
         resolver,
         reports: reports.clone(),
         metrics: metrics.clone(),
@@ -442,6 +528,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
             node: args.node_name.clone(),
             health: health.clone(),
             drain_interval: args.drain_interval,
+            dns_questions: loaded.dns_reader.map(spawn_dns_reader),
         };
         let stop = stopped(stop_rx.clone());
         // The reporter stops after the engine: its final flush then holds

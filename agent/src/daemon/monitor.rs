@@ -29,7 +29,8 @@ impl Verdict {
     }
 }
 
-fn judge(lists: &BehaviorLists, matches: impl Fn(&str) -> bool) -> Verdict {
+/// The precedence over one policy's lists, for any value matcher.
+pub fn judge(lists: &BehaviorLists, matches: impl Fn(&str) -> bool) -> Verdict {
     let default_deny = lists.deny.len() == 1 && lists.deny[0] == "*";
     if !default_deny && lists.deny.iter().any(|v| matches(v)) {
         return Verdict::Denied;

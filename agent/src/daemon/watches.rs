@@ -28,6 +28,23 @@ pub struct Watches {
     pub health: Arc<Health>,
     /// How often the kernel counters are drained.
     pub drain_interval: Duration,
+    /// Batches of DNS questions from the reader thread, when the observer
+    /// loaded.
+    pub dns_questions: Option<DnsBatches>,
+}
+
+/// What the DNS reader thread sends: questions, and how many records it
+/// could not decode since the last batch.
+pub type DnsBatches =
+    tokio::sync::mpsc::Receiver<(Vec<kyverno_runtime_bpf::dns::DnsQuestion>, u64)>;
+
+async fn next_batch(
+    rx: &mut Option<DnsBatches>,
+) -> Option<(Vec<kyverno_runtime_bpf::dns::DnsQuestion>, u64)> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 // Boxed: a Pod is several times larger than the others, and every update
@@ -59,7 +76,7 @@ struct Synced {
 impl Watches {
     /// Runs until `stop` completes; an error is fatal to the daemon.
     pub async fn run(
-        self,
+        mut self,
         mut engine: Engine,
         stop: impl Future<Output = ()>,
     ) -> anyhow::Result<()> {
@@ -99,6 +116,13 @@ impl Watches {
                     // line each time (a Forbidden here is an RBAC gap).
                     Some(Err(e)) => tracing::warn!(error = %e, "watch error (retrying)"),
                     Some(Ok(update)) => apply(&mut engine, &mut relists, &mut synced, update),
+                },
+                batch = next_batch(&mut self.dns_questions) => match batch {
+                    Some((questions, undecodable)) => engine.dns_questions(questions, undecodable),
+                    None => {
+                        tracing::error!("the DNS reader stopped: no more dns observation");
+                        self.dns_questions = None;
+                    }
                 },
                 _ = drain.tick() => {
                     engine.drain();
