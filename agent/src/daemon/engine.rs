@@ -1211,6 +1211,7 @@ mod tests {
     //! unavailable): what it reports, when it re-evaluates, what it skips.
     use super::*;
     use kyverno_runtime_api::runtimepolicy::RuntimePolicySpec;
+    use kyverno_runtime_enforce::egress::ContainerCgroup;
 
     fn engine() -> (Engine, Reports, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -1265,6 +1266,61 @@ mod tests {
             .find(|(n, _)| n == name)
             .map(|(_, r)| r)
             .unwrap_or_else(|| panic!("no report for {name}"))
+    }
+
+    /// A log line is one of the four ways out of the daemon: a refused
+    /// target carrying secrets is logged only through the chokepoint.
+    #[test]
+    fn a_refusal_is_logged_redacted() {
+        use std::io::Write;
+        use std::sync::Mutex;
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl Write for Buffer {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let (mut e, _reports, _dir) = engine();
+        e.apply_pod(&pod("a", "web", &[("app", "web")]));
+        let cgroup = 4242;
+        if let Some(p) = e.pods.get_mut("uid-web") {
+            p.cgroups.containers.push(ContainerCgroup {
+                id: cgroup,
+                path: "/x".into(),
+            });
+        }
+        let buffer = Buffer::default();
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .finish();
+        let secret = "/opt/run --password=hunter2 Authorization: Bearer abc.def.ghi";
+        tracing::subscriber::with_default(subscriber, || {
+            e.attribute(
+                report::Behavior::Exec,
+                cgroup,
+                &Target::Path(secret.into()),
+                Decision::Denied,
+                1,
+                SystemTime::now(),
+            );
+        });
+        let logged = String::from_utf8_lossy(&buffer.0.lock().unwrap_or_else(|e| e.into_inner()))
+            .into_owned();
+        assert!(logged.contains("kernel refused"), "{logged}");
+        assert!(
+            !logged.contains("hunter2") && !logged.contains("abc.def.ghi"),
+            "{logged}"
+        );
     }
 
     #[test]
