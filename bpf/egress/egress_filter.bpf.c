@@ -78,8 +78,8 @@ KRT_EGRESS_TRIE(allow_v6, struct krt_egress_v6_key);
 KRT_EGRESS_TRIE(deny_v6, struct krt_egress_v6_key);
 
 /*
- * Per-destination counters for sets with KRT_EGRESS_FLAG_OBSERVE, drained
- * (read and reset) by userspace. Bounded: when full, the least recently
+ * Per-destination counters (every refusal; everything for sets with
+ * KRT_EGRESS_FLAG_OBSERVE), drained (read and reset) by userspace. Bounded: when full, the least recently
  * used key is evicted and its count lost; `observe_inserted` in stats lets
  * userspace tell how much.
  */
@@ -300,8 +300,12 @@ static __always_inline int decide(struct krt_egress_stats *st, void *deny,
 		count(&st->unmatched);
 	}
 
-	/* The only cost of observation when it is off: this test. */
-	if (flags & KRT_EGRESS_FLAG_OBSERVE)
+	/*
+	 * A refusal is always counted, so an enforce-only pod's denials
+	 * become findings too; an allowed packet only when observing. The
+	 * only cost when it is off: this test.
+	 */
+	if ((flags & KRT_EGRESS_FLAG_OBSERVE) || verdict == SKB_DROP)
 		observe(st, set_id, family, addr, addr_len, decision);
 	return verdict;
 }

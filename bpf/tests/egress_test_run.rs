@@ -485,9 +485,14 @@ fn table() {
             let stats = f.read_stats().unwrap();
             let observations = f.drain_observations().unwrap();
 
-            let parsed = matches!(case.outcome, Parsed(_));
-            let want_observations: Vec<Observation> = match (observe, case.outcome) {
-                (true, Parsed(decision)) => vec![Observation {
+            // Every refusal is counted; everything else only when observing.
+            let refused = matches!(
+                case.outcome,
+                Parsed(Decision::Denied | Decision::DefaultDenied)
+            );
+            let counted = matches!(case.outcome, Parsed(_)) && (observe || refused);
+            let want_observations: Vec<Observation> = match case.outcome {
+                Parsed(decision) if counted => vec![Observation {
                     set_id: 42,
                     destination: case.frame.destination().unwrap(),
                     decision,
@@ -498,7 +503,7 @@ fn table() {
             let got = (verdict, stats, observations);
             let want = (
                 case.outcome.verdict(),
-                case.outcome.stats(observe && parsed),
+                case.outcome.stats(counted),
                 want_observations,
             );
             if got != want {
@@ -667,17 +672,26 @@ fn observations_count_per_destination_and_drain_resets_them() {
         "two keys created"
     );
 
-    // Observation off: the same traffic, nothing counted per destination,
-    // the same verdicts.
+    // Observation off: the same verdicts; only the refusal is counted
+    // per destination (an enforce-only pod's denials still become
+    // findings), the allowed packet is not.
     f.set_filter(own_cgroup_id(), 7, FilterFlags::default())
         .unwrap();
     assert_eq!(f.test_run(&Frame::V4("192.0.2.1").bytes()).unwrap(), DROP);
     assert_eq!(f.test_run(&Frame::V6("2001:db8::9").bytes()).unwrap(), PASS);
-    assert_eq!(f.drain_observations().unwrap(), vec![]);
+    assert_eq!(
+        f.drain_observations().unwrap(),
+        vec![Observation {
+            set_id: 7,
+            destination: "192.0.2.1".parse().unwrap(),
+            decision: Denied,
+            count: 1
+        }]
+    );
     let stats = f.read_stats().unwrap();
     assert_eq!(
         (stats.denied, stats.unmatched, stats.observe_inserted),
-        (4, 3, 2)
+        (4, 3, 3)
     );
 }
 

@@ -81,10 +81,10 @@
 //!
 //! # Limits
 //!
-//! - Per-destination observations are counted only for cgroups bound to an
-//!   observe policy; refusals of enforce-only cgroups are counted in the
-//!   filter's node-wide [`Stats`](kyverno_runtime_bpf::egress::Stats), not
-//!   per destination.
+//! - Per-destination observations: every refusal is counted (so an
+//!   enforce-only pod's denials become findings); allowed packets only for
+//!   cgroups bound to an observe policy. Counts are packets, not
+//!   connections.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
