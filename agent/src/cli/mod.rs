@@ -1,6 +1,7 @@
 //! Command-line interface: global flags and one module per subcommand.
 
 pub mod cleanup;
+mod collector;
 mod crd;
 mod policy;
 mod probe;
@@ -52,6 +53,8 @@ pub enum Command {
     Cleanup(cleanup::CleanupArgs),
     /// Check RuntimePolicy files offline: the lists the daemon would program, or every error.
     Policy(policy::PolicyArgs),
+    /// Run the reference collector of the push stream: mutual TLS, one JSON line per finding.
+    Collector(collector::CollectorArgs),
 }
 
 /// Installs the global `tracing` subscriber; logs go to stderr so that
@@ -79,6 +82,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Daemon(args) => crate::daemon::run(*args),
         Command::Cleanup(args) => cleanup::run(args),
         Command::Policy(args) => policy::run(args),
+        Command::Collector(args) => collector::run(args),
     }
 }
 

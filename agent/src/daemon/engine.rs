@@ -127,6 +127,31 @@ struct PodState {
     cgroups: PodCgroups,
 }
 
+/// The outputs a finding is handed to; each redacts before anything
+/// leaves the daemon.
+#[derive(Clone, Default)]
+pub struct FindingSinks {
+    /// OpenReports Reports (`--reports-enabled`).
+    pub reporter: Option<ReporterHandle>,
+    /// The gRPC push stream (`--push-target`).
+    pub push: Option<kyverno_runtime_push::PushHandle>,
+}
+
+impl FindingSinks {
+    fn is_empty(&self) -> bool {
+        self.reporter.is_none() && self.push.is_none()
+    }
+
+    fn submit(&self, finding: Finding) {
+        if let Some(p) = &self.push {
+            p.submit(finding.clone());
+        }
+        if let Some(r) = &self.reporter {
+            r.submit(finding);
+        }
+    }
+}
+
 /// What the engine is built from (the daemon's wiring site fills it).
 pub struct Parts {
     /// This node's name.
@@ -147,8 +172,8 @@ pub struct Parts {
     pub reports: Reports,
     /// The metrics.
     pub metrics: Arc<Metrics>,
-    /// Where findings go (`None` with `--reports-enabled=false`).
-    pub findings: Option<ReporterHandle>,
+    /// Where findings go.
+    pub findings: FindingSinks,
 }
 
 /// The engine; see the module docs.
@@ -162,8 +187,8 @@ pub struct Engine {
     resolver: CgroupResolver,
     reports: Reports,
     metrics: Arc<Metrics>,
-    /// Where findings go (`None` with `--reports-enabled=false`).
-    findings: Option<ReporterHandle>,
+    /// Where findings go.
+    findings: FindingSinks,
     policies: BTreeMap<String, PolicyState>,
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
     pods: BTreeMap<String, PodState>,
@@ -841,9 +866,10 @@ impl Engine {
                 _ => continue,
             };
             explained |= enforced;
-            let Some(findings) = &self.findings else {
+            if self.findings.is_empty() {
                 continue;
-            };
+            }
+            let findings = &self.findings;
             self.metrics.finding_emitted(&p.name, behavior.as_str());
             findings.submit(Finding {
                 policy: p.name.clone(),
@@ -899,9 +925,10 @@ impl Engine {
                     .events_dropped("dnsquery", DropReason::unattributed, 1);
                 continue;
             };
-            let Some(findings) = &self.findings else {
+            if self.findings.is_empty() {
                 continue;
-            };
+            }
+            let findings = &self.findings;
             for v in m.verdicts(q.cgroup_id, &q.qname) {
                 if !v.verdict.reported() {
                     continue;
@@ -1228,7 +1255,7 @@ mod tests {
             resolver,
             reports: reports.clone(),
             metrics: Arc::new(Metrics::new()),
-            findings: None,
+            findings: FindingSinks::default(),
         });
         (engine, reports, dir)
     }

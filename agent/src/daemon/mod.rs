@@ -145,9 +145,6 @@ fn metrics_addr(s: &str) -> anyhow::Result<Option<SocketAddr>> {
 /// Refuses what this build cannot do, before anything is loaded: a daemon
 /// that silently ignores a configured sink is worse than one that says so.
 fn refuse_unbuilt(args: &DaemonArgs) -> anyhow::Result<()> {
-    if args.push_target.is_some() {
-        anyhow::bail!("--push-target: the gRPC push sink is not part of this build yet; unset daemon.push.target");
-    }
     if args.events_enabled && !args.reports_enabled {
         // Finding Events are emitted from the reporter's flush.
         anyhow::bail!("--events-enabled needs --reports-enabled=true (Events are emitted from the reporter's flush)");
@@ -372,6 +369,40 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
     let reports = Reports::new();
     let resolver = resolve::CgroupResolver::new(args.cgroup_root.clone())
         .context("finding the cgroup mount")?;
+    // The push sink reads its CA, certificate and key now: a daemon that
+    // cannot push must not start as if it could.
+    let push = match &args.push_target {
+        None => None,
+        Some(target) => {
+            let (Some(ca), Some(cert), Some(key)) =
+                (&args.push_tls_ca, &args.push_tls_cert, &args.push_tls_key)
+            else {
+                anyhow::bail!("--push-target needs --push-tls-ca, --push-tls-cert and --push-tls-key (mutual TLS only)");
+            };
+            let m = metrics.clone();
+            let on_drop: kyverno_runtime_push::DropHook = Arc::new(move |reason, n| {
+                use kyverno_runtime_metrics::DropReason as M;
+                use kyverno_runtime_push::PushDrop as P;
+                let reason = match reason {
+                    P::QueueFull => M::queue_full,
+                    P::SendFailed => M::send_failed,
+                    P::Shutdown => M::shutdown,
+                };
+                m.events_dropped("pushsink", reason, n);
+            });
+            let config = kyverno_runtime_push::PushConfig::new(
+                target.clone(),
+                ca.clone(),
+                cert.clone(),
+                key.clone(),
+                args.node_name.clone(),
+            );
+            Some(
+                kyverno_runtime_push::PushSink::new(config, Some(on_drop))
+                    .context("--push-target")?,
+            )
+        }
+    };
     let recorder = args.events_enabled.then(|| {
         let m = metrics.clone();
         let mut options = kyverno_runtime_events::RecorderOptions::new(args.node_name.clone());
@@ -432,7 +463,10 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         resolver,
         reports: reports.clone(),
         metrics: metrics.clone(),
-        findings: reporter.as_ref().map(|r| r.handle()),
+        findings: engine::FindingSinks {
+            reporter: reporter.as_ref().map(|r| r.handle()),
+            push: push.as_ref().map(|p| p.handle()),
+        },
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -534,6 +568,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         // The reporter stops after the engine: its final flush then holds
         // the engine's final drain.
         let (engine_done_tx, engine_done_rx) = watch::channel(false);
+        let engine_done_for_reporter = engine_done_rx.clone();
         tasks.spawn(async move {
             let r = watches.run(engine, stop).await;
             let _ = engine_done_tx.send(true);
@@ -542,7 +577,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         match reporter {
             Some(reporter) => {
                 tasks.spawn(async move {
-                    reporter.run(stopped(engine_done_rx)).await;
+                    reporter.run(stopped(engine_done_for_reporter)).await;
                     let _ = reporter_done_tx.send(true);
                     ("reporter", Ok(()))
                 });
@@ -550,6 +585,14 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
             None => {
                 let _ = reporter_done_tx.send(true);
             }
+        }
+        if let Some(push) = push {
+            // Stops after the engine, so its final drain is streamed too.
+            let done = engine_done_rx.clone();
+            tasks.spawn(async move {
+                push.run(stopped(done)).await;
+                ("push sink", Ok(()))
+            });
         }
         if let Some(recorder) = recorder {
             tasks.spawn(async move {

@@ -1,0 +1,353 @@
+//! Tier 2+3: the daemon on the host, with a real pod cgroup, against the
+//! real API server: a network deny is enforced on loopback traffic and the
+//! refusal reaches all three outputs — the pod's Report, a Kubernetes Event
+//! and the reference collector over mutual TLS (`kyverno-runtime
+//! collector`, certificates made by openssl in the test).
+//!
+//! Needs root (a cgroup v2 directory, a bpffs mount, cgroup_skb programs)
+//! and `--features kube-tests`; the host's kernel refuses LSM programs, so
+//! only network is enforced here (open/exec are proven in the VM tier).
+#![cfg(feature = "kube-tests")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const NODE: &str = "host-egress-node";
+const NS: &str = "host-egress";
+
+fn openssl(args: &[&str]) {
+    let out = Command::new("openssl").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate.
+fn certificates(dir: &Path) {
+    let p = |n: &str| dir.join(n).to_string_lossy().into_owned();
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &p("ca.key"),
+        "-out",
+        &p("ca.crt"),
+        "-subj",
+        "/CN=krt-test-ca",
+        "-days",
+        "1",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    ]);
+    for (name, ext) in [
+        (
+            "server",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        ),
+        (
+            "client",
+            "subjectAltName=DNS:daemon\nextendedKeyUsage=clientAuth\n",
+        ),
+    ] {
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &p(&format!("{name}.key")),
+            "-out",
+            &p(&format!("{name}.csr")),
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &p(&format!("{name}.csr")),
+            "-CA",
+            &p("ca.crt"),
+            "-CAkey",
+            &p("ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            &p(&format!("{name}.crt")),
+            "-extfile",
+            &p(&format!("{name}.ext")),
+        ]);
+    }
+}
+
+/// The host's cgroup v2 mount (the unified hierarchy on a hybrid host).
+fn cgroup2_root() -> PathBuf {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    text.lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            post.starts_with("cgroup2 ")
+                .then(|| PathBuf::from(pre.split(' ').nth(4).unwrap()))
+        })
+        .expect("a cgroup2 mount")
+}
+
+/// Tries a TCP connection from inside `cgroup`; true if it connected.
+fn connects_from(cgroup: &Path, addr: &str) -> bool {
+    let (host, port) = addr.split_once(':').unwrap();
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec 3<>/dev/tcp/{host}/{port}",
+        cgroup.display()
+    );
+    Command::new("timeout")
+        .args(["2", "bash", "-c", &script])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+struct Cleanup {
+    cgroup_dirs: Vec<PathBuf>,
+    bpffs: PathBuf,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        // Innermost first; a cgroup with no processes left can be removed.
+        for d in self.cgroup_dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+        let _ = Command::new("umount").arg(&self.bpffs).status();
+    }
+}
+
+#[test]
+fn a_network_deny_on_the_host_reaches_the_report_an_event_and_the_collector() {
+    let cluster = cluster();
+    let dir = tempdir();
+    certificates(dir.path());
+
+    // The collector, on a free port.
+    let out_file = dir.path().join("findings.jsonl");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut collector = Command::new(env!("CARGO_BIN_EXE_kyverno-runtime"))
+        .args(["collector", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--tls-ca")
+        .arg(dir.path().join("ca.crt"))
+        .arg("--tls-cert")
+        .arg(dir.path().join("server.crt"))
+        .arg("--tls-key")
+        .arg(dir.path().join("server.key"))
+        .arg("--output")
+        .arg(&out_file)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    // A bpffs of the test's own for the pins.
+    let bpffs = dir.path().join("bpffs");
+    std::fs::create_dir_all(&bpffs).unwrap();
+    assert!(Command::new("mount")
+        .args(["-t", "bpf", "bpf"])
+        .arg(&bpffs)
+        .status()
+        .unwrap()
+        .success());
+
+    // The pod: its object, its container cgroup (cgroupfs, containerd),
+    // then the status a kubelet writes.
+    namespace(cluster, NS, "team: host");
+    apply(
+        cluster,
+        "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: host-deny-net\nspec:\n  mode: enforce\n  podSelector: {matchLabels: {app: host-web}}\n  behaviors:\n  - network: {deny: {values: [\"127.0.0.2/32\"]}}\n",
+    );
+    let _ = cluster.kubectl_output(&[
+        "delete",
+        "pod",
+        "host-web",
+        "-n",
+        NS,
+        "--grace-period=0",
+        "--force",
+    ]);
+    let id = "5e".repeat(32);
+    apply(
+        cluster,
+        &format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: host-web\n  namespace: {NS}\n  labels: {{app: host-web}}\nspec:\n  nodeName: {NODE}\n  containers:\n  - name: main\n    image: busybox\n"),
+    );
+    let uid = get_json(cluster, &["pod", "host-web", "-n", NS]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let root = cgroup2_root();
+    let pod_dir = root.join(format!("kubepods/besteffort/pod{uid}"));
+    let container = pod_dir.join(&id);
+    let mut created = Vec::new();
+    for d in [
+        root.join("kubepods"),
+        root.join("kubepods/besteffort"),
+        pod_dir.clone(),
+        container.clone(),
+    ] {
+        if !d.exists() {
+            std::fs::create_dir(&d).unwrap();
+            created.push(d);
+        }
+    }
+    let _cleanup = Cleanup {
+        cgroup_dirs: created,
+        bpffs: bpffs.clone(),
+    };
+    let status = serde_json::json!({"status": {"phase": "Running", "qosClass": "BestEffort",
+        "containerStatuses": [{"name": "main", "ready": true, "restartCount": 0, "image": "busybox",
+            "imageID": "busybox@sha256:0", "containerID": format!("containerd://{id}"), "state": {"running": {}}}]}});
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "pod",
+            "host-web",
+            "-n",
+            NS,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ])
+        .unwrap();
+
+    let listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let allowed = open.local_addr().unwrap().to_string();
+    assert!(
+        connects_from(&container, &target),
+        "reachable before the daemon runs"
+    );
+
+    let ca = dir.path().join("ca.crt");
+    let cert = dir.path().join("client.crt");
+    let key = dir.path().join("client.key");
+    let pins = bpffs.join("kyverno-runtime");
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            "",
+            "--status-interval",
+            "1s",
+            "--drain-interval",
+            "1s",
+            "--report-interval",
+            "1s",
+            "--events-enabled=true",
+            "--pin-dir",
+            pins.to_str().unwrap(),
+            "--push-target",
+            &format!("127.0.0.1:{port}"),
+            "--push-tls-ca",
+            ca.to_str().unwrap(),
+            "--push-tls-cert",
+            cert.to_str().unwrap(),
+            "--push-tls-key",
+            key.to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", NODE),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_log("pods on this node listed", Duration::from_secs(30));
+    wait_for("the deny to take effect", Duration::from_secs(30), || {
+        (!connects_from(&container, &target)).then_some(())
+    });
+    assert!(
+        connects_from(&container, &allowed),
+        "an address no policy denies"
+    );
+    println!(
+        "{target} dropped from {}, {allowed} reachable",
+        container.display()
+    );
+
+    let report = wait_for("the Report", Duration::from_secs(30), || {
+        let r = get_json(cluster, &["report", "kyverno-runtime-host-web", "-n", NS])?;
+        r["results"]
+            .as_array()?
+            .iter()
+            .any(|x| {
+                x["policy"] == "host-deny-net"
+                    && x["properties"]["target"] == "127.0.0.2"
+                    && x["properties"]["enforced"] == "true"
+            })
+            .then_some(r)
+    });
+    println!("report results: {}", report["results"]);
+    let event = wait_for("the PolicyViolation Event", Duration::from_secs(30), || {
+        let list = get_json(cluster, &["events.v1.events.k8s.io", "-n", NS])?;
+        list["items"]
+            .as_array()?
+            .iter()
+            .find(|e| e["reason"] == "PolicyViolation" && e["regarding"]["name"] == "host-web")
+            .cloned()
+    });
+    println!("event: {}", event["note"]);
+    let line = wait_for(
+        "the finding at the collector",
+        Duration::from_secs(60),
+        || {
+            let text = std::fs::read_to_string(&out_file).ok()?;
+            text.lines()
+                .find(|l| l.contains("host-deny-net") && l.contains("127.0.0.2"))
+                .map(str::to_string)
+        },
+    );
+    println!("collector: {line}");
+    let (status, took, _) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success());
+    println!("daemon stopped in {took:?}");
+    // The pins outlive the daemon: the destination stays dropped.
+    assert!(
+        !connects_from(&container, &target),
+        "dropped with no daemon running"
+    );
+    let _ = Command::new("kill")
+        .args(["-TERM", &collector.id().to_string()])
+        .status();
+    let _ = collector.wait();
+    cluster
+        .kubectl_ok(&["delete", "rpol", "host-deny-net"])
+        .unwrap();
+    let _ = cluster.kubectl_output(&[
+        "delete",
+        "pod",
+        "host-web",
+        "-n",
+        NS,
+        "--grace-period=0",
+        "--force",
+    ]);
+    drop(listener);
+    drop(open);
+}
