@@ -13,12 +13,15 @@
 #![cfg(feature = "host-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::TempCgroup;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -31,45 +34,6 @@ use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_policy::values::FieldPath;
 
 const CHILD_ENV: &str = "KRT_DNS_HOST_CHILD";
-
-fn cgroup2_mount() -> PathBuf {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .expect("no cgroup2 mount in /proc/self/mountinfo")
-}
-
-struct TempCgroup(PathBuf);
-
-impl TempCgroup {
-    fn new(tag: &str) -> Self {
-        let dir = cgroup2_mount().join(format!("krt-dns-host-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir(&dir);
-        fs::create_dir(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn id(&self) -> u64 {
-        fs::metadata(&self.0).unwrap().ino()
-    }
-}
-
-impl Drop for TempCgroup {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            if fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("cannot remove {}", self.0.display());
-    }
-}
 
 /// A standard query (RD set) for `name`, type A, class IN.
 fn dns_query(name: &str) -> Vec<u8> {
@@ -176,7 +140,7 @@ fn policy(id: &str, allow: &[&str], deny: &[&str]) -> DnsPolicy {
 
 #[test]
 fn a_gated_pods_questions_are_read_until_its_policy_goes() {
-    let cg = TempCgroup::new("gate");
+    let cg = TempCgroup::new("dns-host", "gate");
     let mut m = DnsGateManager::load().unwrap();
     let mut reader = m.reader().unwrap();
     let resolver = resolver();

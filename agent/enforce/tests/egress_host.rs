@@ -10,12 +10,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::TempCgroup;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -29,45 +32,6 @@ use kyverno_runtime_policy::values::FieldPath;
 
 const CHILD_ENV: &str = "KRT_EGRESS_HOST_CHILD";
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
-
-fn cgroup2_mount() -> PathBuf {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .expect("no cgroup2 mount in /proc/self/mountinfo")
-}
-
-struct TempCgroup(PathBuf);
-
-impl TempCgroup {
-    fn new(tag: &str) -> Self {
-        let dir = cgroup2_mount().join(format!("krt-egress-host-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir(&dir);
-        fs::create_dir(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn id(&self) -> u64 {
-        fs::metadata(&self.0).unwrap().ino()
-    }
-}
-
-impl Drop for TempCgroup {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            if fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("cannot remove {}", self.0.display());
-    }
-}
 
 /// The child: joins the cgroup and connects; exit 0 connected, 10 not.
 #[test]
@@ -130,7 +94,7 @@ fn policy(id: &str, allow: &[&str], deny: &[&str]) -> NetworkPolicy {
 
 #[test]
 fn policies_union_over_a_real_cgroup() {
-    let cg = TempCgroup::new("union");
+    let cg = TempCgroup::new("egress-host", "union");
     let mut m = EgressManager::new(EgressEnforcer::load().unwrap()).unwrap();
     m.upsert_pod(NetworkPod {
         uid: "pod-1".into(),

@@ -17,11 +17,14 @@
 #![cfg(feature = "host-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::TempCgroup;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -37,52 +40,6 @@ use kyverno_runtime_policy::values::FieldPath;
 
 const CHILD_ENV: &str = "KRT_EGRESS_RESTART_CHILD";
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
-
-fn mount_of(fstype: &str) -> Option<PathBuf> {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        (right.split_whitespace().next()? == fstype)
-            .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-    })
-}
-
-fn cgroup2_mount() -> PathBuf {
-    mount_of("cgroup2").expect("no cgroup2 mount in /proc/self/mountinfo")
-}
-
-struct TempCgroup(PathBuf);
-
-impl TempCgroup {
-    fn new(tag: &str) -> Self {
-        let dir = cgroup2_mount().join(format!("krt-egress-restart-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir(&dir);
-        fs::create_dir(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn id(&self) -> u64 {
-        fs::metadata(&self.0).unwrap().ino()
-    }
-
-    fn remove(&self) -> bool {
-        for _ in 0..100 {
-            if fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-}
-
-impl Drop for TempCgroup {
-    fn drop(&mut self) {
-        if !self.remove() {
-            eprintln!("cannot remove {}", self.0.display());
-        }
-    }
-}
 
 /// A private bpffs instance, unmounted (and so emptied) on drop.
 struct Bpffs(PathBuf);
@@ -214,7 +171,7 @@ fn pod(uid: &str, cg: &TempCgroup) -> NetworkPod {
 fn enforcement_survives_a_restart_and_converges_by_diffs() {
     let bpffs = Bpffs::new("survive");
     let pins = bpffs.pins();
-    let cg = TempCgroup::new("survive");
+    let cg = TempCgroup::new("egress-restart", "survive");
 
     // The first daemon: two deny policies on one pod.
     let before = {
@@ -294,8 +251,8 @@ fn enforcement_survives_a_restart_and_converges_by_diffs() {
 fn an_incompatible_pin_layout_is_discarded_without_a_gap() {
     let bpffs = Bpffs::new("layout");
     let pins = bpffs.pins();
-    let a = TempCgroup::new("layout-a");
-    let b = TempCgroup::new("layout-b");
+    let a = TempCgroup::new("egress-restart", "layout-a");
+    let b = TempCgroup::new("egress-restart", "layout-b");
     {
         let mut m = EgressManager::new(EgressEnforcer::load_pinned(&pins).unwrap()).unwrap();
         m.upsert_pod(pod("pod-a", &a));
@@ -351,8 +308,8 @@ fn an_incompatible_pin_layout_is_discarded_without_a_gap() {
 fn a_cgroup_removed_while_down_is_forgotten() {
     let bpffs = Bpffs::new("gone");
     let pins = bpffs.pins();
-    let kept = TempCgroup::new("gone-kept");
-    let gone = TempCgroup::new("gone-removed");
+    let kept = TempCgroup::new("egress-restart", "gone-kept");
+    let gone = TempCgroup::new("egress-restart", "gone-removed");
     let gone_id = gone.id();
     {
         let mut m = EgressManager::new(EgressEnforcer::load_pinned(&pins).unwrap()).unwrap();

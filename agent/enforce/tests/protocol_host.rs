@@ -13,12 +13,15 @@
 #![cfg(feature = "host-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::TempCgroup;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -33,45 +36,6 @@ const CHILD_ENV: &str = "KRT_PROTOCOL_HOST_CHILD";
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// How long the listener waits for a first segment a drop never delivers.
 const RECV_TIMEOUT: Duration = Duration::from_millis(1500);
-
-fn cgroup2_mount() -> PathBuf {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .expect("no cgroup2 mount in /proc/self/mountinfo")
-}
-
-struct TempCgroup(PathBuf);
-
-impl TempCgroup {
-    fn new(tag: &str) -> Self {
-        let dir = cgroup2_mount().join(format!("krt-protocol-host-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir(&dir);
-        fs::create_dir(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn id(&self) -> u64 {
-        fs::metadata(&self.0).unwrap().ino()
-    }
-}
-
-impl Drop for TempCgroup {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            if fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("cannot remove {}", self.0.display());
-    }
-}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -225,7 +189,7 @@ fn flows(
 
 #[test]
 fn ssh_is_dropped_tls_passes_and_a_monitor_policy_observes() {
-    let cg = TempCgroup::new("flows");
+    let cg = TempCgroup::new("protocol-host", "flows");
     let mut m = ProtocolManager::load().unwrap();
     assert!(m
         .upsert_pod(NetworkPod {
