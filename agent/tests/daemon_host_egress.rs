@@ -98,15 +98,14 @@ fn certificates(dir: &Path) {
     }
 }
 
-/// The host's cgroup v2 mount (the unified hierarchy on a hybrid host).
+/// The host's cgroup v2 mount (the unified hierarchy on a hybrid host),
+/// read with the probe's mountinfo parser.
 fn cgroup2_root() -> PathBuf {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    text.lines()
-        .find_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            post.starts_with("cgroup2 ")
-                .then(|| PathBuf::from(pre.split(' ').nth(4).unwrap()))
-        })
+    kyverno_runtime_compat::parse_mountinfo(&text)
+        .into_iter()
+        .find(|m| m.fs_type == "cgroup2")
+        .map(|m| m.mount_point)
         .expect("a cgroup2 mount")
 }
 
