@@ -335,6 +335,7 @@ mod tests {
             count: 1,
             first_observed: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             last_observed: UNIX_EPOCH + Duration::from_secs(1_700_000_010),
+            process: None,
         }
     }
 

@@ -621,6 +621,7 @@ mod tests {
             count: 1,
             first_observed: UNIX_EPOCH,
             last_observed: SystemTime::now(),
+            process: None,
         }
     }
 

@@ -116,6 +116,7 @@ fn finding(pod: &PodIdentity, policy: &str, target: &str, enforced: bool) -> Fin
         count: 1,
         first_observed: now - Duration::from_secs(5),
         last_observed: now,
+        process: None,
     }
 }
 

@@ -48,4 +48,4 @@ pub use collector::{open_output, serve, Collector, ServerTls, HANDSHAKE_TIMEOUT,
 pub use error::{Error, Result, TlsFile};
 pub use queue::{DropHook, PushDrop};
 pub use sink::{PushConfig, PushHandle, PushSink};
-pub use wire::{CollectedFinding, CollectedPod, ReceivedFinding};
+pub use wire::{CollectedFinding, CollectedPod, CollectedProcess, ReceivedFinding};

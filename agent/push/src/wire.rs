@@ -11,7 +11,9 @@
 
 use crate::error::{Error, Result};
 use crate::proto;
-use kyverno_runtime_report::{sanitize, Behavior, Decision, Finding, Fingerprint, PodIdentity};
+use kyverno_runtime_report::{
+    sanitize, Behavior, Decision, Finding, Fingerprint, PodIdentity, Process,
+};
 use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 
@@ -51,6 +53,7 @@ pub(crate) fn encode(redacted: Finding, node: &str) -> proto::Finding {
         count,
         first_observed,
         last_observed,
+        process,
     } = redacted;
     let PodIdentity {
         namespace,
@@ -80,6 +83,7 @@ pub(crate) fn encode(redacted: Finding, node: &str) -> proto::Finding {
         last_observed: Some(last_observed.into()),
         fingerprint,
         node: node.to_owned(),
+        process: process.map(|Process { pid, comm, argv }| proto::Process { pid, comm, argv }),
     }
 }
 
@@ -117,6 +121,7 @@ impl TryFrom<proto::Finding> for ReceivedFinding {
             last_observed,
             fingerprint,
             node,
+            process,
         } = msg;
         let behavior = match proto::Behavior::try_from(behavior) {
             Ok(proto::Behavior::Network) => Behavior::Network,
@@ -172,6 +177,11 @@ impl TryFrom<proto::Finding> for ReceivedFinding {
                 count,
                 first_observed: timestamp("first_observed", first_observed)?,
                 last_observed: timestamp("last_observed", last_observed)?,
+                process: process.map(|proto::Process { pid, comm, argv }| Process {
+                    pid,
+                    comm,
+                    argv,
+                }),
             },
         })
     }
@@ -237,6 +247,21 @@ pub struct CollectedFinding {
     pub last_observed: String,
     /// The finding's identity, 64 lowercase hex digits.
     pub fingerprint: String,
+    /// The process of the latest occurrence, when the kernel named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<CollectedProcess>,
+}
+
+/// The process of a [`CollectedFinding`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectedProcess {
+    /// Thread-group id, as the node sees it.
+    pub pid: u32,
+    /// The task's comm.
+    pub comm: String,
+    /// A traced exec's arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub argv: Vec<String>,
 }
 
 impl From<ReceivedFinding> for CollectedFinding {
@@ -257,6 +282,7 @@ impl From<ReceivedFinding> for CollectedFinding {
             count,
             first_observed,
             last_observed,
+            process,
         } = finding.redact();
         let PodIdentity {
             namespace,
@@ -287,6 +313,11 @@ impl From<ReceivedFinding> for CollectedFinding {
             first_observed: rfc3339(first_observed),
             last_observed: rfc3339(last_observed),
             fingerprint: fingerprint.to_string(),
+            process: process.map(|Process { pid, comm, argv }| CollectedProcess {
+                pid,
+                comm,
+                argv,
+            }),
         }
     }
 }
@@ -316,6 +347,11 @@ mod tests {
             count: 3,
             first_observed: UNIX_EPOCH + Duration::from_secs(100),
             last_observed: UNIX_EPOCH + Duration::new(200, 5),
+            process: Some(Process {
+                pid: 4242,
+                comm: "curl".into(),
+                argv: vec!["curl".into(), "-sS".into(), "http://example".into()],
+            }),
         }
     }
 
@@ -361,6 +397,7 @@ mod tests {
             "firstObserved",
             "lastObserved",
             "fingerprint",
+            "process",
         ];
         want.sort_unstable();
         assert_eq!(keys, want);

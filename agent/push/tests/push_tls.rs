@@ -159,6 +159,7 @@ fn finding(target: &str) -> Finding {
         count: 1,
         first_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
         last_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_001),
+        process: None,
     }
 }
 

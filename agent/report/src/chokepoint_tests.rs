@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::merge::{desired_report, PodKey};
-use crate::{property, report_result, Behavior, Decision, Finding, PodIdentity};
+use crate::{property, report_result, Behavior, Decision, Finding, PodIdentity, Process};
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -39,6 +39,15 @@ fn secret_finding() -> Finding {
         count: 1,
         first_observed: UNIX_EPOCH + Duration::from_secs(1),
         last_observed: UNIX_EPOCH + Duration::from_secs(2),
+        process: Some(Process {
+            pid: 7,
+            comm: format!("x --password={SECRET}"),
+            argv: vec![
+                "curl".into(),
+                format!("-H Authorization: Bearer {SECRET}"),
+                format!("--token={SECRET}"),
+            ],
+        }),
     }
 }
 
@@ -74,7 +83,12 @@ fn every_field_is_scrubbed() {
         count: _,
         first_observed: _,
         last_observed: _,
+        process,
     } = secret_finding().redact();
+    let Process { pid: _, comm, argv } = process.unwrap();
+    scrubbed("process.comm", &comm);
+    scrubbed("process.argv[1]", &argv[1]);
+    scrubbed("process.argv[2]", &argv[2]);
     scrubbed("policy", &policy);
     scrubbed("policy_uid", &policy_uid);
     scrubbed("pod.namespace", &namespace);

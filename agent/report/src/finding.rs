@@ -171,6 +171,51 @@ impl fmt::Debug for PodIdentity {
     }
 }
 
+/// The process an occurrence came from, when the kernel's record named one:
+/// a per-occurrence refusal (pid, comm) or a traced exec (pid, comm, argv).
+/// Counter-grained observations (network, protocol, a refusal over its
+/// cgroup's record budget) and DNS questions carry none: a cgroup_skb
+/// program cannot name the task.
+///
+/// `Debug` prints the [redacted](Process::redact) process.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct Process {
+    /// Thread-group id (what userspace calls the pid), as the pod's PID
+    /// namespace's parent sees it (the node's).
+    pub pid: u32,
+    /// The task's `comm` (at most 15 bytes).
+    pub comm: String,
+    /// The exec's arguments, when traced (at most 8, each cut at 127
+    /// bytes); empty otherwise.
+    pub argv: Vec<String>,
+}
+
+impl Process {
+    /// Every string passed through [`sanitize`]; argv, where secrets live
+    /// (`--password x`, `-u user:pass`, bearer tokens), through
+    /// [`sanitize_argv`](crate::sanitize_argv), which also masks what
+    /// follows a secret-naming flag.
+    pub fn redact(self) -> Process {
+        let Process { pid, comm, argv } = self;
+        Process {
+            pid,
+            comm: sanitize(&comm),
+            argv: crate::sanitize::sanitize_argv(&argv),
+        }
+    }
+}
+
+impl fmt::Debug for Process {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Process { pid, comm, argv } = self.clone().redact();
+        f.debug_struct("Process")
+            .field("pid", &pid)
+            .field("comm", &comm)
+            .field("argv", &argv)
+            .finish()
+    }
+}
+
 /// One observed violation of one policy by one pod, aggregated over
 /// `count` occurrences between `first_observed` and `last_observed`.
 ///
@@ -201,6 +246,8 @@ pub struct Finding {
     pub first_observed: SystemTime,
     /// The latest occurrence.
     pub last_observed: SystemTime,
+    /// The process of the latest occurrence, when the kernel named it.
+    pub process: Option<Process>,
 }
 
 impl Finding {
@@ -262,6 +309,7 @@ impl Finding {
             count,
             first_observed,
             last_observed,
+            process,
         } = self;
         Finding {
             policy: sanitize(&policy),
@@ -274,19 +322,22 @@ impl Finding {
             count,
             first_observed,
             last_observed,
+            process: process.map(Process::redact),
         }
     }
 
     /// Folds another observation of the same fingerprint into this one:
     /// counts add, the window widens, and the newer observation's details
-    /// (enforced, decision, container: a policy may have changed mode)
-    /// win.
+    /// (enforced, decision, container: a policy may have changed mode; the
+    /// process, when it names one) win.
     pub(crate) fn absorb(&mut self, other: Finding) {
         let count = self.count.saturating_add(other.count);
         let first = self.first_observed.min(other.first_observed);
         let last = self.last_observed.max(other.last_observed);
         if other.last_observed >= self.last_observed {
+            let process = other.process.clone().or_else(|| self.process.take());
             *self = other;
+            self.process = process;
         }
         self.count = count;
         self.first_observed = first;
@@ -314,6 +365,7 @@ impl fmt::Debug for Finding {
             count,
             first_observed,
             last_observed,
+            process,
         } = self.clone().redact();
         f.debug_struct("Finding")
             .field("policy", &policy)
@@ -326,6 +378,7 @@ impl fmt::Debug for Finding {
             .field("count", &count)
             .field("first_observed", &first_observed)
             .field("last_observed", &last_observed)
+            .field("process", &process)
             .finish()
     }
 }
@@ -442,6 +495,7 @@ mod tests {
             count: 1,
             first_observed: at(100),
             last_observed: at(100),
+            process: None,
         }
     }
 

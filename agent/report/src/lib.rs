@@ -35,7 +35,7 @@ mod result;
 mod sanitize;
 
 pub use error::{Error, Result};
-pub use finding::{Behavior, Decision, Finding, Fingerprint, PodIdentity};
+pub use finding::{Behavior, Decision, Finding, Fingerprint, PodIdentity, Process};
 pub use merge::{MANAGED_BY, MANAGED_BY_LABEL, TRUNCATED_ANNOTATION};
 pub use name::{report_name, MAX_REPORT_NAME_LEN, REPORT_NAME_PREFIX};
 pub use reporter::{
@@ -43,7 +43,7 @@ pub use reporter::{
     ReporterOptions, WriteHook, WriteResult,
 };
 pub use result::{outcome, pod_reference, property, report_result, SOURCE};
-pub use sanitize::{sanitize, MASK, MAX_CHARS, PRE_CUT_CHARS};
+pub use sanitize::{sanitize, sanitize_argv, MASK, MAX_CHARS, PRE_CUT_CHARS};
 
 #[cfg(test)]
 mod chokepoint_tests;

@@ -269,6 +269,7 @@ mod tests {
             count,
             first_observed: at(first),
             last_observed: at(last),
+            process: None,
         }
     }
 

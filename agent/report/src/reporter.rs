@@ -690,6 +690,7 @@ mod tests {
             count,
             first_observed: at(first),
             last_observed: at(last),
+            process: None,
         }
     }
 

@@ -53,9 +53,15 @@ pub mod property {
     pub const OWNER_KIND: &str = "ownerKind";
     /// The pod owner's name, when it has one. **Unverified**, as `ownerKind`.
     pub const OWNER_NAME: &str = "ownerName";
+    /// The pid of the latest occurrence's process, when the kernel named it.
+    pub const PID: &str = "pid";
+    /// Its `comm`.
+    pub const COMM: &str = "comm";
+    /// A traced exec's arguments, each sanitized, joined by spaces.
+    pub const ARGV: &str = "argv";
 
     /// Every key a result may carry.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 16] = [
         BEHAVIOR,
         TARGET,
         ENFORCED,
@@ -69,6 +75,9 @@ pub mod property {
         DNS_NAME,
         OWNER_KIND,
         OWNER_NAME,
+        PID,
+        COMM,
+        ARGV,
     ];
 }
 
@@ -108,6 +117,7 @@ pub fn report_result(finding: &Finding) -> ReportResult {
         count,
         first_observed,
         last_observed,
+        process,
     } = redacted;
     let pod_ref = pod_reference(&pod);
     let PodIdentity {
@@ -144,6 +154,13 @@ pub fn report_result(finding: &Finding) -> ReportResult {
     }
     if let Some(name) = &owner_name {
         text(property::OWNER_NAME, name);
+    }
+    if let Some(crate::finding::Process { pid, comm, argv }) = &process {
+        text(property::PID, &pid.to_string());
+        text(property::COMM, comm);
+        if !argv.is_empty() {
+            text(property::ARGV, &argv.join(" "));
+        }
     }
     // Our own digest: hex, no user input, and masked by `sanitize` as if
     // it were a key.
@@ -333,6 +350,7 @@ mod tests {
             count: 3,
             first_observed: at(1_700_000_000),
             last_observed: at(1_700_000_060) + Duration::from_millis(999),
+            process: None,
         }
     }
 
@@ -380,6 +398,31 @@ mod tests {
             Some(f.fingerprint().to_string().as_str())
         );
         assert_eq!(get(property::DNS_NAME), None);
+    }
+
+    #[test]
+    fn the_process_of_the_latest_occurrence_is_a_property() {
+        let mut f = finding(Behavior::Exec, false);
+        let props = report_result(&f).properties.unwrap();
+        assert!(!props.contains_key(property::PID) && !props.contains_key(property::ARGV));
+        f.process = Some(crate::Process {
+            pid: 4242,
+            comm: "curl".into(),
+            argv: vec!["curl".into(), "-u".into(), "admin:hunter2".into()],
+        });
+        let props = report_result(&f).properties.unwrap();
+        assert_eq!(props[property::PID], "4242");
+        assert_eq!(props[property::COMM], "curl");
+        assert!(props[property::ARGV].starts_with("curl -u "), "{props:?}");
+        assert!(!props[property::ARGV].contains("hunter2"), "{props:?}");
+        f.process = Some(crate::Process {
+            pid: 1,
+            comm: "cat".into(),
+            argv: Vec::new(),
+        });
+        let props = report_result(&f).properties.unwrap();
+        assert_eq!(props[property::COMM], "cat");
+        assert!(!props.contains_key(property::ARGV), "a refusal has no argv");
     }
 
     #[test]

@@ -111,6 +111,44 @@ impl Patterns {
 /// [`sanitize`] fails closed and masks everything.
 static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(Patterns::compile);
 
+/// [`sanitize`] for an argument vector, which also knows what a single
+/// argument cannot tell: an argument after a flag that names a secret
+/// (`--password`, `--token`, ...) is masked whole, and the password half of
+/// `user:password` after a flag that takes credentials (`-u`, `--user`,
+/// `--proxy-user`, as curl and wget spell them) is masked. Each argument is
+/// sanitized on its own as well, so the result is idempotent like
+/// [`sanitize`].
+pub fn sanitize_argv(argv: &[String]) -> Vec<String> {
+    static SECRET_FLAG: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(&format!(
+            r"(?i)^--?[a-z0-9_.\-]*(?:{SECRET_WORDS})[a-z0-9_.\-]*$"
+        ))
+        .ok()
+    });
+    let mut out = Vec::with_capacity(argv.len());
+    let mut previous: Option<&str> = None;
+    for arg in argv {
+        let after_secret_flag = previous.is_some_and(|p| match SECRET_FLAG.as_ref() {
+            Some(re) => re.is_match(p),
+            // Fail closed, as `sanitize` does.
+            None => true,
+        });
+        let after_credentials_flag =
+            previous.is_some_and(|p| matches!(p, "-u" | "--user" | "--proxy-user" | "-U"));
+        let value = if after_secret_flag {
+            MASK.to_string()
+        } else if after_credentials_flag && arg.contains(':') {
+            let user = arg.split(':').next().unwrap_or_default();
+            sanitize(&format!("{user}:{MASK}"))
+        } else {
+            sanitize(arg)
+        };
+        out.push(value);
+        previous = Some(arg);
+    }
+    out
+}
+
 /// Scrubs and bounds one string for output: control characters become
 /// spaces and invisible formatting characters go; secret-looking material
 /// is masked as `***` (URL userinfo, `key=value` and `--flag value` whose
@@ -486,5 +524,34 @@ mod tests {
         assert!(!out.contains("AbCd"), "{out}");
         let single = "x".repeat(PRE_CUT_CHARS * 2);
         assert_eq!(sanitize(&single), "");
+    }
+
+    #[test]
+    fn an_argv_masks_the_values_of_secret_flags_and_credentials() {
+        let argv: Vec<String> = [
+            "curl",
+            "-u",
+            "admin:hunter2",
+            "--password",
+            "hunter3",
+            "--token=hunter4",
+            "-H",
+            "Authorization: Bearer hunter5",
+            "sort",
+            "-u",
+            "file",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let out = super::sanitize_argv(&argv);
+        let joined = out.join(" ");
+        for secret in ["hunter2", "hunter3", "hunter4", "hunter5"] {
+            assert!(!joined.contains(secret), "{secret}: {joined}");
+        }
+        assert_eq!(out[2], "admin:***");
+        assert_eq!(out[4], "***");
+        assert_eq!(out[10], "file", "-u without user:password is not masked");
+        assert_eq!(super::sanitize_argv(&out), out, "idempotent");
     }
 }

@@ -185,6 +185,7 @@ fn finding(pod: &PodIdentity, target: &str, count: u64, first: u64, last: u64) -
         count,
         first_observed: at(first),
         last_observed: at(last),
+        process: None,
     }
 }
 

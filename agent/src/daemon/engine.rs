@@ -892,6 +892,7 @@ impl Engine {
                 count,
                 first_observed: now,
                 last_observed: now,
+                process: None,
             });
         }
         if kernel_refused && !explained {
@@ -956,6 +957,7 @@ impl Engine {
                     count: 1,
                     first_observed: now,
                     last_observed: now,
+                    process: None,
                 });
             }
         }
