@@ -48,7 +48,14 @@
 
 /* Bumped whenever a map layout or its meaning changes, so pinned maps of
  * another layout are never adopted. */
-#define KRT_OE_LAYOUT_VERSION 1
+#define KRT_OE_LAYOUT_VERSION 2
+
+/* Bytes of the `oe_denials` ring buffer: about 880 records. */
+#define KRT_OE_DENIAL_RING_BYTES (256 * 1024)
+/* Cgroups whose denial rate is tracked at once (an LRU: the least recently
+ * refused cgroup's window is forgotten, which only resets its budget). */
+#define KRT_OE_MAX_RATED 4096
+#define KRT_OE_COMM_LEN 16
 
 enum krt_oe_dim {
 	KRT_OE_OPEN = 0,
@@ -85,7 +92,9 @@ struct krt_oe_config {
 	__u64 observe[KRT_OE_DIMS];
 	/* KRT_OE_LAYOUT_VERSION once userspace has initialised the maps. */
 	__u32 layout_version;
-	__u32 _pad;
+	/* Per-occurrence denial records each cgroup may send per second; 0
+	 * sends none (every refusal is then only counted). */
+	__u32 denials_per_sec;
 };
 
 /* Entry of `oe_owners` (index dim * KRT_OE_SLOTS + slot): which policy
@@ -122,6 +131,54 @@ struct krt_oe_stats {
 	__u64 unresolved_denied[KRT_OE_DIMS];
 	/* An observation the full map could not count. */
 	__u64 observe_failed;
+	/* Refusals sent as a per-occurrence record (`oe_denials`); every other
+	 * refusal is counted in `oe_observations` instead, so each refusal is
+	 * reported exactly once. */
+	__u64 denials_sent;
+	/* Refusals not sent as a record because their cgroup had used its
+	 * budget for the second (counted in `oe_observations`). */
+	__u64 denials_rate_limited;
+	/* ... or because the ring buffer was full (counted likewise). */
+	__u64 denials_ringbuf_full;
+};
+
+/* One refused operation, sent to the `oe_denials` ring buffer by the
+ * program that refused it: what (`ev`: cgroup, dimension, decision, path;
+ * the path is empty when it could not be resolved) and who (pid, comm of
+ * the refused task). Zeroed before it is filled. */
+struct krt_oe_denial {
+	struct krt_oe_event ev;
+	/* Thread-group id of the refused task. */
+	__u32 pid;
+	__u32 _pad;
+	char comm[KRT_OE_COMM_LEN];
+};
+
+/*
+ * Value of `oe_exec_resolved`, keyed by the exec's struct linux_binprm
+ * address: the paths the exec dimension decided for one exec of a cgroup a
+ * monitor policy observes, as bpf_d_path resolved them (the binary, then a
+ * script's interpreter), so the exec tracer, which may not call bpf_d_path,
+ * reports the same paths the enforcing programs judge. `tgid` and `at` let
+ * the tracer refuse an entry a failed exec left behind.
+ */
+#define KRT_OE_MAX_RESOLVED 1024
+struct krt_oe_resolved {
+	/* The binary, then a script's interpreter (two fields, not a 2-D
+	 * array: the skeleton generator cannot derive Default for one). */
+	char binary[KRT_OE_PATH_LEN];
+	char interpreter[KRT_OE_PATH_LEN];
+	__u64 at;
+	__u32 tgid;
+	/* Paths filled: 1 or 2. */
+	__u32 count;
+};
+
+/* Value of `oe_denial_rate`, keyed by cgroup id: how many records the
+ * cgroup sent in the current one-second window. */
+struct krt_oe_rate {
+	__u64 window;
+	__u64 sent;
 };
 
 #endif /* KRT_OPENEXEC_H */

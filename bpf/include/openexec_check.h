@@ -109,6 +109,67 @@ struct {
 	__type(value, struct krt_oe_pending);
 } oe_pending_scratch SEC(".maps");
 
+/* Per-occurrence refusal records (struct krt_oe_denial). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, KRT_OE_DENIAL_RING_BYTES);
+} oe_denials SEC(".maps");
+
+/* The per-cgroup budget of denial records (see krt_oe_report_denial). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KRT_OE_MAX_RATED);
+	__type(key, __u64);
+	__type(value, struct krt_oe_rate);
+} oe_denial_rate SEC(".maps");
+
+/* Exec paths for the exec tracer (struct krt_oe_resolved). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KRT_OE_MAX_RESOLVED);
+	__type(key, __u64);
+	__type(value, struct krt_oe_resolved);
+} oe_exec_resolved SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct krt_oe_resolved);
+} oe_resolved_scratch SEC(".maps");
+
+/*
+ * Hands the path of one exec check to the exec tracer, for a cgroup a
+ * monitor policy observes: the first check of an exec writes the binary,
+ * a second (a script's interpreter) the next slot.
+ */
+static __always_inline void krt_oe_hand_to_tracer(__u64 bprm, const char *path)
+{
+	__u64 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct krt_oe_resolved *r;
+	__u32 zero = 0;
+
+	r = bpf_map_lookup_elem(&oe_exec_resolved, &bprm);
+	if (r && r->tgid == tgid && r->count == 1) {
+		__builtin_memcpy(r->interpreter, path, KRT_OE_PATH_LEN);
+		r->count = 2;
+		return;
+	}
+	r = bpf_map_lookup_elem(&oe_resolved_scratch, &zero);
+	if (!r)
+		return;
+	__builtin_memcpy(r->binary, path, KRT_OE_PATH_LEN);
+	__builtin_memset(r->interpreter, 0, KRT_OE_PATH_LEN);
+	r->at = bpf_ktime_get_ns();
+	r->tgid = tgid;
+	r->count = 1;
+	bpf_map_update_elem(&oe_exec_resolved, &bprm, r, BPF_ANY);
+}
+
+/* Anchors the record's layout in the object's BTF (a ring buffer map has
+ * no value type), so the skeleton generates its Rust type. */
+struct krt_oe_denial krt_oe_denial_btf_anchor = {};
+
 /* Plain increments: per-CPU, and these programs run with migration
  * disabled, so no atomic (a locked add per open is measurable). */
 struct {
@@ -285,11 +346,73 @@ static __always_inline int krt_oe_refused(__u32 decision)
 }
 
 /*
+ * Sends one refusal as a per-occurrence record, within its cgroup's budget
+ * of cfg->denials_per_sec records per second (so a storm of refusals costs
+ * the reader a bounded number of records). Returns whether it was sent; a
+ * refusal that was not is counted by the caller instead, so every refusal
+ * is reported exactly once, with or without its pid and comm.
+ */
+static __always_inline int krt_oe_report_denial(struct krt_oe_event *ev, int resolved,
+						struct krt_oe_config *cfg,
+						struct krt_oe_stats *st)
+{
+	struct krt_oe_rate fresh = {}, *rate;
+	struct krt_oe_denial *d;
+	__u64 window;
+
+	if (!cfg->denials_per_sec)
+		return 0;
+	window = bpf_ktime_get_ns() / 1000000000ULL;
+	rate = bpf_map_lookup_elem(&oe_denial_rate, &ev->cgroup);
+	if (!rate) {
+		fresh.window = window;
+		bpf_map_update_elem(&oe_denial_rate, &ev->cgroup, &fresh, BPF_NOEXIST);
+		rate = bpf_map_lookup_elem(&oe_denial_rate, &ev->cgroup);
+		if (!rate) {
+			st->denials_rate_limited++;
+			return 0;
+		}
+	}
+	/* Racy across CPUs by design: the budget is approximate, never the
+	 * count (what the budget refuses is counted). */
+	if (rate->window != window) {
+		rate->window = window;
+		rate->sent = 0;
+	}
+	if (rate->sent >= cfg->denials_per_sec) {
+		st->denials_rate_limited++;
+		return 0;
+	}
+	__sync_fetch_and_add(&rate->sent, 1);
+	d = bpf_ringbuf_reserve(&oe_denials, sizeof(*d), 0);
+	if (!d) {
+		st->denials_ringbuf_full++;
+		return 0;
+	}
+	/* Ring buffer memory is recycled and mapped into userspace: nothing of
+	 * an earlier record may survive into this one. */
+	__builtin_memset(d, 0, sizeof(*d));
+	d->ev.cgroup = ev->cgroup;
+	d->ev.dim = ev->dim;
+	d->ev.decision = ev->decision;
+	/* An unresolved path is empty; the scratch behind it holds another
+	 * operation's path, which must not leak. */
+	if (resolved)
+		__builtin_memcpy(d->ev.path, ev->path, sizeof(d->ev.path));
+	d->pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_get_current_comm(d->comm, sizeof(d->comm));
+	bpf_ringbuf_submit(d, 0);
+	st->denials_sent++;
+	return 1;
+}
+
+/*
  * Counts one decision of `ev` (whose dim and decision are set) and returns
- * whether it refuses. Refusals are findings whatever the mode; everything
- * else is counted only for a cgroup a monitor-mode policy selects, so
- * enforce-only cgroups pay nothing for observation (the original counts
- * always).
+ * whether it refuses. A refusal is reported whatever the mode: as a
+ * per-occurrence record when its cgroup's budget allows, else counted in
+ * `oe_observations`. Everything else is counted only for a cgroup a
+ * monitor-mode policy selects, so enforce-only cgroups pay nothing for
+ * observation (the original counts always).
  */
 static __always_inline int krt_oe_account(struct krt_oe_event *ev, __u64 selected, int resolved,
 					  struct krt_oe_config *cfg, struct krt_oe_stats *st)
@@ -298,15 +421,21 @@ static __always_inline int krt_oe_account(struct krt_oe_event *ev, __u64 selecte
 	int refused = krt_oe_refused(ev->decision);
 
 	if (!resolved) {
-		if (refused)
+		if (refused) {
 			st->unresolved_denied[dim]++;
-		else
+			krt_oe_report_denial(ev, 0, cfg, st);
+		} else {
 			st->unresolved_passed[dim]++;
+		}
 		return refused;
 	}
 	st->decisions[dim][ev->decision & 3]++;
-	if (refused || (cfg->observe[dim] & selected))
+	if (refused) {
+		if (!krt_oe_report_denial(ev, 1, cfg, st))
+			krt_oe_observe(ev, st);
+	} else if (cfg->observe[dim] & selected) {
 		krt_oe_observe(ev, st);
+	}
 	return refused;
 }
 

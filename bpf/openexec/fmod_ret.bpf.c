@@ -91,6 +91,8 @@ int BPF_PROG(krt_oe_fmod_ret_bprm_check, struct linux_binprm *bprm, int ret)
 		return 0;
 	}
 	refused = krt_oe_account(&p->ev, p->selected, p->resolved, cfg, st);
+	if (!refused && p->resolved && (cfg->observe[KRT_OE_EXEC] & p->selected))
+		krt_oe_hand_to_tracer((__u64)bprm, p->ev.path);
 	bpf_map_delete_elem(&oe_pending, &key);
 	return krt_oe_errno(refused);
 }

@@ -30,7 +30,12 @@ int BPF_PROG(krt_oe_lsm_bprm_check, struct linux_binprm *bprm)
 {
 	struct krt_oe_ctx c = {};
 
+	int refused;
+
 	if (!krt_oe_prepare(bprm->file, KRT_OE_WANT_EXEC, &c))
 		return 0;
-	return krt_oe_errno(krt_oe_check_dim(&c, KRT_OE_EXEC));
+	refused = krt_oe_check_dim(&c, KRT_OE_EXEC);
+	if (!refused && c.resolved && (c.cfg->observe[KRT_OE_EXEC] & c.selected[KRT_OE_EXEC]))
+		krt_oe_hand_to_tracer((__u64)bprm, c.ev->path);
+	return krt_oe_errno(refused);
 }

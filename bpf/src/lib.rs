@@ -19,11 +19,13 @@
 pub mod cgroup_attach;
 pub mod dns;
 pub mod egress;
+pub mod exectrace;
 #[cfg(not(krt_bpf_stub))]
 mod libbpf_log;
 pub mod openexec;
 pub mod probe;
 pub mod protocol;
+pub mod ring;
 #[cfg(not(krt_bpf_stub))]
 mod skel;
 #[cfg(not(krt_bpf_stub))]
@@ -35,3 +37,7 @@ pub use probe::{
     BPF_OBJECTS_BUILT,
 };
 pub use verifier_log::verifier_reason;
+
+/// A map descriptor handed from one loaded object to another (the exec
+/// tracer shares the open/exec object's `oe_exec_resolved`).
+pub use libbpf_rs::MapHandle;

@@ -110,3 +110,16 @@ pub(crate) mod openexec {
             include_bytes!(concat!(env!("OUT_DIR"), "/openexec/fmod_ret.bpf.o"));
     }
 }
+
+/// Skeletons of `bpf/exectrace/*.bpf.c`.
+pub(crate) mod exectrace {
+    /// `bpf/exectrace/exec_trace.bpf.c`.
+    pub(crate) mod exec_trace {
+        include!(concat!(env!("OUT_DIR"), "/exectrace/exec_trace.skel.rs"));
+
+        /// The raw object, loaded through the generic object API so the
+        /// tracer owns its `Object`.
+        pub(crate) const OBJECT: &[u8] =
+            include_bytes!(concat!(env!("OUT_DIR"), "/exectrace/exec_trace.bpf.o"));
+    }
+}

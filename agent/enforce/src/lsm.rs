@@ -127,6 +127,35 @@ impl LsmEnforcer {
             .map_err(|e| kernel("run stats", e))
     }
 
+    /// Sets how many per-occurrence refusal records each cgroup may send
+    /// per second (0: none; refusals are then only counted).
+    pub fn set_denial_rate(&self, per_second: u32) -> Result<()> {
+        lock(&self.shared)
+            .object
+            .set_denial_rate(per_second)
+            .map_err(|e| kernel("set denial rate", e))
+    }
+
+    /// The map through which the exec programs hand the exec tracer the
+    /// paths they resolved (a new descriptor of it).
+    pub fn exec_resolved_map(&self) -> Result<kyverno_runtime_bpf::MapHandle> {
+        lock(&self.shared)
+            .object
+            .exec_resolved_map()
+            .map_err(|e| kernel("exec resolved map", e))
+    }
+
+    /// A reader of the per-occurrence refusal records (both dimensions
+    /// share one ring buffer).
+    pub fn denial_reader(
+        &self,
+    ) -> Result<kyverno_runtime_bpf::ring::RecordReader<openexec::Denial>> {
+        lock(&self.shared)
+            .object
+            .denial_reader()
+            .map_err(|e| kernel("denial reader", e))
+    }
+
     fn behavior_name(&self) -> &'static str {
         self.dim.name()
     }

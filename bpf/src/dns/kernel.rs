@@ -10,12 +10,10 @@ use std::fs::File;
 use std::mem::{offset_of, size_of};
 use std::os::fd::AsRawFd as _;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use libbpf_rs::{
     libbpf_sys, Map, MapCore as _, MapFlags, Object, ObjectBuilder, ProgramInput, ProgramMut,
-    ProgramType, RingBuffer, RingBufferBuilder,
+    ProgramType,
 };
 
 use super::name::DOMAIN_KEY_LEN;
@@ -23,6 +21,7 @@ use super::{
     decode_query, DnsError, DnsQuestion, DnsStats, Result, CGROUP_ID_AT, QNAME_AT, RECORD_LEN,
 };
 use crate::libbpf_log::Capture;
+use crate::ring::{RecordReader, RingError};
 use crate::skel::dns::query::{types, OBJECT};
 use crate::sys::errno;
 
@@ -66,23 +65,8 @@ fn map_err(map: &'static str, op: &'static str, e: &libbpf_rs::Error) -> DnsErro
     }
 }
 
-fn ring_err(op: &'static str, e: &libbpf_rs::Error) -> DnsError {
-    DnsError::RingBuffer {
-        op,
-        errno: errno(e),
-        message: format!("{e:#}"),
-    }
-}
-
 fn layout(what: impl Into<String>) -> DnsError {
     DnsError::Layout { what: what.into() }
-}
-
-/// Locks `m` even if a panicking thread poisoned it: the data (decoded
-/// questions, a counter) stays usable, and the ring buffer callback runs
-/// inside libbpf, where a panic must never start.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Whether `cgroup_skb` programs may call `bpf_get_current_cgroup_id` on
@@ -213,27 +197,19 @@ impl Observer {
         Ok(Link { _link: link })
     }
 
-    pub(super) fn reader(&self) -> Result<Reader> {
-        let inbox = Arc::new(Mutex::new(Inbox::default()));
-        let sink = Arc::clone(&inbox);
+    pub(super) fn reader(&self) -> Result<RecordReader<DnsQuestion>> {
         let events = self.map(EVENTS)?;
-        let mut builder: RingBufferBuilder<'_, 'static> = RingBufferBuilder::new();
-        builder
-            .add(&events, move |record: &[u8]| {
-                let mut inbox = lock(&sink);
-                match decode_query(record) {
-                    Ok(q) => inbox.questions.push(q),
-                    Err(_) => inbox.undecodable = inbox.undecodable.saturating_add(1),
-                }
-                // Never stop consuming: a bad record must not cost the
-                // questions behind it.
-                0
-            })
-            .map_err(|e| ring_err("setup", &e))?;
         // The ring buffer maps the map's memory, which keeps the map alive
         // after `events` (and even the observer) is gone.
-        let ring = builder.build().map_err(|e| ring_err("setup", &e))?;
-        Ok(Reader { ring, inbox })
+        crate::ring::reader(EVENTS, &events, decode_query).map_err(|e| match e {
+            RingError::Setup { errno, message, .. } | RingError::Read { errno, message, .. } => {
+                DnsError::RingBuffer {
+                    op: "setup",
+                    errno,
+                    message,
+                }
+            }
+        })
     }
 
     pub(super) fn test_run(&self, frame: &[u8]) -> Result<u32> {
@@ -280,38 +256,6 @@ fn open_and_load(current_cgroup_fallback: bool) -> Result<Object> {
 #[derive(Debug)]
 pub(super) struct Link {
     _link: libbpf_rs::Link,
-}
-
-#[derive(Debug, Default)]
-struct Inbox {
-    questions: Vec<DnsQuestion>,
-    undecodable: u64,
-}
-
-#[derive(Debug)]
-pub(super) struct Reader {
-    ring: RingBuffer<'static>,
-    inbox: Arc<Mutex<Inbox>>,
-}
-
-impl Reader {
-    pub(super) fn poll_questions(&mut self, timeout: Duration) -> Result<Vec<DnsQuestion>> {
-        // poll waits for the wakeup, which the kernel delivers a moment
-        // after the commit (irq_work); consume then reads whatever is
-        // committed, so a zero timeout sees every record written so far.
-        for result in [self.ring.poll(timeout), self.ring.consume()] {
-            if let Err(e) = result {
-                if errno(&e) != Some(libc::EINTR) {
-                    return Err(ring_err("poll", &e));
-                }
-            }
-        }
-        Ok(std::mem::take(&mut lock(&self.inbox).questions))
-    }
-
-    pub(super) fn undecodable(&self) -> u64 {
-        lock(&self.inbox).undecodable
-    }
 }
 
 #[cfg(test)]

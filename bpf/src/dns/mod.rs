@@ -399,7 +399,7 @@ impl DnsLink {
 /// `Send`, not `Sync`: it belongs to the one task that drains the buffer.
 #[derive(Debug)]
 pub struct DnsReader {
-    inner: imp::Reader,
+    inner: crate::ring::RecordReader<DnsQuestion>,
 }
 
 impl DnsReader {
@@ -409,12 +409,25 @@ impl DnsReader {
     /// [`Self::undecodable`] and skipped. An interrupted wait returns what
     /// it has.
     pub fn poll_questions(&mut self, timeout: Duration) -> Result<Vec<DnsQuestion>> {
-        self.inner.poll_questions(timeout)
+        self.inner.poll(timeout).map_err(|e| match e {
+            crate::ring::RingError::Setup { errno, message, .. }
+            | crate::ring::RingError::Read { errno, message, .. } => DnsError::RingBuffer {
+                op: "poll",
+                errno,
+                message,
+            },
+        })
     }
 
     /// Records this reader dropped as undecodable, cumulative.
     pub fn undecodable(&self) -> u64 {
         self.inner.undecodable()
+    }
+
+    /// The generic record reader underneath, for an event loop (its
+    /// readiness descriptor and non-blocking reads).
+    pub fn into_records(self) -> crate::ring::RecordReader<DnsQuestion> {
+        self.inner
     }
 }
 

@@ -4,7 +4,6 @@
 
 use std::convert::Infallible;
 use std::path::Path;
-use std::time::Duration;
 
 use super::{DnsError, DnsQuestion, DnsStats, Result};
 
@@ -38,7 +37,7 @@ impl Observer {
         match self.never {}
     }
 
-    pub(super) fn reader(&self) -> Result<Reader> {
+    pub(super) fn reader(&self) -> Result<crate::ring::RecordReader<DnsQuestion>> {
         match self.never {}
     }
 
@@ -50,19 +49,4 @@ impl Observer {
 #[derive(Debug)]
 pub(super) struct Link {
     _never: Infallible,
-}
-
-#[derive(Debug)]
-pub(super) struct Reader {
-    never: Infallible,
-}
-
-impl Reader {
-    pub(super) fn poll_questions(&mut self, _: Duration) -> Result<Vec<DnsQuestion>> {
-        match self.never {}
-    }
-
-    pub(super) fn undecodable(&self) -> u64 {
-        match self.never {}
-    }
 }

@@ -5,23 +5,25 @@
 use std::mem::{offset_of, size_of};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use libbpf_rs::query::ProgInfoIter;
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, Program};
 
 use super::{
-    CgroupSlots, Decision, Dimension, Hooks, OpenExecError, OpenExecStats, PathRule,
+    CgroupSlots, Decision, Denial, Dimension, Hooks, OpenExecError, OpenExecStats, PathRule,
     ProgramRunStats, RawObservation, Result, SlotMasks, NAME_KEY_LEN, OWNER_LEN, PATH_KEY_LEN,
     SLOTS,
 };
 use crate::libbpf_log::Capture;
+use crate::ring::RecordReader;
 use crate::skel::openexec::{fmod_ret, lsm};
 use crate::sys::{self, errno};
 
 use lsm::types;
 
 /// `KRT_OE_LAYOUT_VERSION` in `openexec.h`.
-const LAYOUT_VERSION: u32 = 1;
+const LAYOUT_VERSION: u32 = 2;
 
 const CGROUPS: &str = "oe_cgroups";
 const OPEN_PATHS: &str = "oe_open_paths";
@@ -32,9 +34,16 @@ const OBSERVATIONS: &str = "oe_observations";
 const STATS: &str = "oe_stats";
 const PENDING: &str = "oe_pending";
 const NAMES: &str = "oe_names";
+const DENIALS: &str = "oe_denials";
+const DENIAL_RATE: &str = "oe_denial_rate";
+const EXEC_RESOLVED: &str = "oe_exec_resolved";
 
-/// Maps pinned (everything but the per-CPU scratch buffers).
-const PINNED_MAPS: [&str; 9] = [
+/// Maps pinned (everything but the per-CPU scratch buffers). The denial
+/// ring is pinned too, so the records the old links' programs write
+/// during a restart reach the new reader.
+const PINNED_MAPS: [&str; 11] = [
+    DENIALS,
+    DENIAL_RATE,
     NAMES,
     PENDING,
     CGROUPS,
@@ -64,6 +73,14 @@ const _: () = {
     assert!(
         offset_of!(types::krt_oe_event, path) + PATH_KEY_LEN == size_of::<types::krt_oe_event>()
     );
+    assert!(size_of::<types::krt_oe_denial>() == super::DENIAL_RECORD_LEN);
+    assert!(offset_of!(types::krt_oe_denial, ev) == 0);
+    assert!(offset_of!(types::krt_oe_event, cgroup) == super::DENIAL_CGROUP_AT);
+    assert!(offset_of!(types::krt_oe_event, dim) == super::DENIAL_DIM_AT);
+    assert!(offset_of!(types::krt_oe_event, decision) == super::DENIAL_DECISION_AT);
+    assert!(offset_of!(types::krt_oe_event, path) == super::DENIAL_PATH_AT);
+    assert!(offset_of!(types::krt_oe_denial, pid) == super::DENIAL_PID_AT);
+    assert!(offset_of!(types::krt_oe_denial, comm) == super::DENIAL_COMM_AT);
 };
 
 #[derive(Debug)]
@@ -146,6 +163,11 @@ pub(super) struct Inner {
     names: Map,
     observations: Map,
     stats: Map,
+    denials: Map,
+    exec_resolved: Map,
+    /// The budget of denial records per cgroup and second, written with
+    /// the masks (one config entry holds both).
+    denials_per_sec: AtomicU32,
     /// The attached programs' links (dropping one detaches its program
     /// unless it is pinned).
     _links: Vec<Link>,
@@ -246,6 +268,9 @@ impl Inner {
             names: map(NAMES)?,
             observations: map(OBSERVATIONS)?,
             stats: map(STATS)?,
+            denials: map(DENIALS)?,
+            exec_resolved: map(EXEC_RESOLVED)?,
+            denials_per_sec: AtomicU32::new(0),
             _links: Vec::new(),
             object,
         };
@@ -257,7 +282,11 @@ impl Inner {
                 config.layout_version
             )));
         }
-        if !adopted {
+        if adopted {
+            inner
+                .denials_per_sec
+                .store(config.denials_per_sec, Ordering::Relaxed);
+        } else {
             inner.write_config(&SlotMasks::default())?;
         }
 
@@ -484,7 +513,8 @@ impl Inner {
             ],
             layout_version: u32_at(&v, offset_of!(types::krt_oe_config, layout_version))
                 .ok_or_else(bad)?,
-            ..Default::default()
+            denials_per_sec: u32_at(&v, offset_of!(types::krt_oe_config, denials_per_sec))
+                .ok_or_else(bad)?,
         })
     }
 
@@ -501,7 +531,39 @@ impl Inner {
             offset_of!(types::krt_oe_config, layout_version),
             &LAYOUT_VERSION.to_ne_bytes(),
         );
+        put(
+            &mut value,
+            offset_of!(types::krt_oe_config, denials_per_sec),
+            &self.denials_per_sec.load(Ordering::Relaxed).to_ne_bytes(),
+        );
         self.config.update(&0u32.to_ne_bytes(), &value)
+    }
+
+    pub(super) fn set_denial_rate(&self, per_second: u32) -> Result<()> {
+        let masks = self.masks()?;
+        self.denials_per_sec.store(per_second, Ordering::Relaxed);
+        self.write_config(&masks)
+    }
+
+    pub(super) fn denial_rate(&self) -> Result<u32> {
+        Ok(self.read_config()?.denials_per_sec)
+    }
+
+    pub(super) fn exec_resolved_map(&self) -> Result<MapHandle> {
+        MapHandle::try_from(&self.exec_resolved.handle).map_err(|e| OpenExecError::Map {
+            map: EXEC_RESOLVED,
+            op: "duplicate",
+            errno: errno(&e),
+            message: format!("{e:#}"),
+        })
+    }
+
+    pub(super) fn denial_reader(&self) -> Result<RecordReader<Denial>> {
+        Ok(crate::ring::reader(
+            DENIALS,
+            &self.denials.handle,
+            super::decode_denial,
+        )?)
     }
 
     pub(super) fn masks(&self) -> Result<SlotMasks> {
@@ -569,6 +631,11 @@ impl Inner {
                     at(offset_of!(types::krt_oe_stats, unresolved_denied) + 8 * dim)?;
             }
             total.observe_failed += at(offset_of!(types::krt_oe_stats, observe_failed))?;
+            total.denials_sent += at(offset_of!(types::krt_oe_stats, denials_sent))?;
+            total.denials_rate_limited +=
+                at(offset_of!(types::krt_oe_stats, denials_rate_limited))?;
+            total.denials_ringbuf_full +=
+                at(offset_of!(types::krt_oe_stats, denials_ringbuf_full))?;
         }
         Ok(total)
     }

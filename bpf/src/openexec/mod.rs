@@ -241,6 +241,140 @@ pub struct RawObservation {
     pub count: u64,
 }
 
+/// One refusal as the refusing program reported it (`struct
+/// krt_oe_denial` in the `oe_denials` ring buffer): one record per refused
+/// operation, within its cgroup's budget per second (see
+/// [`OpenExec::set_denial_rate`]); a refusal over the budget is counted in
+/// the observation counters instead, so each refusal is reported exactly
+/// once.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Denial {
+    /// The cgroup id of the refused task.
+    pub cgroup: u64,
+    /// The dimension that refused.
+    pub dimension: Dimension,
+    /// The decision ([`Decision::Denied`] or [`Decision::DefaultDenied`]).
+    pub decision: Decision,
+    /// The path as `bpf_d_path` resolved it (bytes up to the NUL); empty
+    /// when it could not be resolved (refused by a default deny).
+    pub path: Vec<u8>,
+    /// Thread-group id of the refused task.
+    pub pid: u32,
+    /// Its `comm`.
+    pub comm: String,
+}
+
+// Offsets of `struct krt_oe_denial` (checked against the skeleton in the
+// kernel build; the decoder exists in stub builds too).
+pub(crate) const DENIAL_CGROUP_AT: usize = 0;
+pub(crate) const DENIAL_DIM_AT: usize = 8;
+pub(crate) const DENIAL_DECISION_AT: usize = 12;
+pub(crate) const DENIAL_PATH_AT: usize = 16;
+pub(crate) const DENIAL_PID_AT: usize = DENIAL_PATH_AT + PATH_KEY_LEN;
+pub(crate) const DENIAL_COMM_AT: usize = DENIAL_PID_AT + 8;
+/// Bytes of the comm field, NUL included.
+pub const DENIAL_COMM_LEN: usize = 16;
+/// Bytes of one `oe_denials` record.
+pub const DENIAL_RECORD_LEN: usize = DENIAL_COMM_AT + DENIAL_COMM_LEN;
+
+/// Why an `oe_denials` record is not one the programs wrote.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("denial record: {0}")]
+pub struct DenialDecodeError(pub String);
+
+fn ne_u32(r: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&r[at..at + 4]);
+    u32::from_ne_bytes(b)
+}
+
+/// Bytes up to the NUL of a zero-padded field, or why it is not one.
+fn padded(field: &'static str, bytes: &[u8]) -> std::result::Result<Vec<u8>, DenialDecodeError> {
+    let end = bytes
+        .iter()
+        .position(|b| *b == 0)
+        .ok_or_else(|| DenialDecodeError(format!("{field} has no NUL")))?;
+    if bytes[end..].iter().any(|b| *b != 0) {
+        return Err(DenialDecodeError(format!(
+            "bytes after the NUL of {field} (the record was not zeroed)"
+        )));
+    }
+    Ok(bytes[..end].to_vec())
+}
+
+/// Decodes one `oe_denials` record. Pure and total: arbitrary bytes give an
+/// error, never a panic; a record that is not a refusal, or whose padding
+/// is not zero, is refused.
+pub fn decode_denial(record: &[u8]) -> std::result::Result<Denial, DenialDecodeError> {
+    if record.len() != DENIAL_RECORD_LEN {
+        return Err(DenialDecodeError(format!(
+            "{} bytes, expected {DENIAL_RECORD_LEN}",
+            record.len()
+        )));
+    }
+    let dimension = match ne_u32(record, DENIAL_DIM_AT) {
+        0 => Dimension::Open,
+        1 => Dimension::Exec,
+        d => return Err(DenialDecodeError(format!("dimension {d}"))),
+    };
+    let decision = Decision::from_raw(ne_u32(record, DENIAL_DECISION_AT))
+        .filter(|d| d.refused())
+        .ok_or_else(|| DenialDecodeError("a decision that is not a refusal".into()))?;
+    if ne_u32(record, DENIAL_PID_AT + 4) != 0 {
+        return Err(DenialDecodeError("non-zero padding".into()));
+    }
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&record[DENIAL_CGROUP_AT..DENIAL_CGROUP_AT + 8]);
+    let path = padded(
+        "path",
+        &record[DENIAL_PATH_AT..DENIAL_PATH_AT + PATH_KEY_LEN],
+    )?;
+    let comm = padded(
+        "comm",
+        &record[DENIAL_COMM_AT..DENIAL_COMM_AT + DENIAL_COMM_LEN],
+    )?;
+    Ok(Denial {
+        cgroup: u64::from_ne_bytes(id),
+        dimension,
+        decision,
+        path,
+        pid: ne_u32(record, DENIAL_PID_AT),
+        comm: String::from_utf8_lossy(&comm).into_owned(),
+    })
+}
+
+/// The record the programs would write for `d` (tests and fuzzing).
+pub fn encode_denial(d: &Denial) -> Vec<u8> {
+    let mut out = vec![0u8; DENIAL_RECORD_LEN];
+    out[DENIAL_CGROUP_AT..DENIAL_CGROUP_AT + 8].copy_from_slice(&d.cgroup.to_ne_bytes());
+    out[DENIAL_DIM_AT..DENIAL_DIM_AT + 4]
+        .copy_from_slice(&(d.dimension.index() as u32).to_ne_bytes());
+    let decision = Decision::ALL
+        .iter()
+        .position(|x| *x == d.decision)
+        .unwrap_or_default() as u32;
+    out[DENIAL_DECISION_AT..DENIAL_DECISION_AT + 4].copy_from_slice(&decision.to_ne_bytes());
+    let n = d.path.len().min(PATH_KEY_LEN - 1);
+    out[DENIAL_PATH_AT..DENIAL_PATH_AT + n].copy_from_slice(&d.path[..n]);
+    out[DENIAL_PID_AT..DENIAL_PID_AT + 4].copy_from_slice(&d.pid.to_ne_bytes());
+    let c = d.comm.len().min(DENIAL_COMM_LEN - 1);
+    out[DENIAL_COMM_AT..DENIAL_COMM_AT + c].copy_from_slice(&d.comm.as_bytes()[..c]);
+    out
+}
+
+/// Fuzzing entry point: decoding is total, and a decoded record with a
+/// UTF-8 comm and no NUL in its path encodes back to the same bytes.
+/// Panics when that fails; never called outside tests and fuzz targets.
+#[doc(hidden)]
+pub fn fuzz_decode_denial(data: &[u8]) {
+    let Ok(d) = decode_denial(data) else {
+        return;
+    };
+    if !d.comm.contains('\u{fffd}') {
+        assert!(encode_denial(&d) == data, "{d:?} re-encodes to other bytes");
+    }
+}
+
 /// The program's outcome counters summed over CPUs, cumulative since the
 /// maps were created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -253,6 +387,14 @@ pub struct OpenExecStats {
     pub unresolved_denied: [u64; 2],
     /// Observations lost because `oe_observations` was full.
     pub observe_failed: u64,
+    /// Refusals sent as [`Denial`] records.
+    pub denials_sent: u64,
+    /// Refusals not sent as a record because their cgroup had used its
+    /// budget for the second (counted as observations instead).
+    pub denials_rate_limited: u64,
+    /// Refusals not sent as a record because the ring buffer was full
+    /// (counted as observations instead).
+    pub denials_ringbuf_full: u64,
 }
 
 /// What the kernel's BPF statistics say about one attached program.
@@ -335,6 +477,9 @@ pub enum OpenExecError {
     /// A slot index of [`SLOTS`] or more, or an owner id too long.
     #[error("{0}")]
     Invalid(String),
+    /// The denial ring buffer reader could not be set up.
+    #[error(transparent)]
+    Ring(#[from] crate::ring::RingError),
     /// Bytes from the kernel that do not have the layout this code reads.
     #[error("map {map} returned {what}")]
     Layout {
@@ -466,6 +611,31 @@ impl OpenExec {
         self.inner.run_stats()
     }
 
+    /// Sets how many [`Denial`] records each cgroup may send per second (0:
+    /// none; every refusal is then only counted). Kept across a restart
+    /// with the pinned configuration.
+    pub fn set_denial_rate(&self, per_second: u32) -> Result<()> {
+        self.inner.set_denial_rate(per_second)
+    }
+
+    /// The budget of [`Denial`] records per cgroup and second.
+    pub fn denial_rate(&self) -> Result<u32> {
+        self.inner.denial_rate()
+    }
+
+    /// The map through which the exec programs hand the exec tracer the
+    /// paths they resolved (a new descriptor of it, for
+    /// [`crate::exectrace::ExecTracer::load`]).
+    pub fn exec_resolved_map(&self) -> Result<libbpf_rs::MapHandle> {
+        self.inner.exec_resolved_map()
+    }
+
+    /// A reader of the [`Denial`] records (each reader consumes what it
+    /// reads; the daemon keeps one).
+    pub fn denial_reader(&self) -> Result<crate::ring::RecordReader<Denial>> {
+        self.inner.denial_reader()
+    }
+
     /// Removes every pin under `pin_dir` (maps and links): the programs are
     /// detached once no process holds them (bpffs frees an unlinked inode
     /// after an RCU grace period, so shortly after this returns). For
@@ -490,7 +660,51 @@ pub fn enable_bpf_stats(on: bool) -> std::io::Result<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::name_key;
+    use super::*;
+
+    fn denial() -> Denial {
+        Denial {
+            cgroup: 99,
+            dimension: Dimension::Exec,
+            decision: Decision::DefaultDenied,
+            path: b"/usr/bin/curl".to_vec(),
+            pid: 4321,
+            comm: "sh".into(),
+        }
+    }
+
+    #[test]
+    fn a_denial_round_trips() {
+        let bytes = encode_denial(&denial());
+        assert_eq!(bytes.len(), DENIAL_RECORD_LEN);
+        assert_eq!(decode_denial(&bytes), Ok(denial()));
+        fuzz_decode_denial(&bytes);
+        let unresolved = Denial {
+            path: Vec::new(),
+            ..denial()
+        };
+        assert_eq!(decode_denial(&encode_denial(&unresolved)), Ok(unresolved));
+    }
+
+    #[test]
+    fn a_denial_that_is_not_one_is_refused() {
+        let good = encode_denial(&denial());
+        let mut allowed = good.clone();
+        allowed[DENIAL_DECISION_AT] = 1;
+        assert!(decode_denial(&allowed).is_err());
+        let mut dim = good.clone();
+        dim[DENIAL_DIM_AT] = 2;
+        assert!(decode_denial(&dim).is_err());
+        let mut stale = good.clone();
+        stale[DENIAL_PATH_AT + 200] = b'x';
+        assert_eq!(
+            decode_denial(&stale),
+            Err(DenialDecodeError(
+                "bytes after the NUL of path (the record was not zeroed)".into()
+            ))
+        );
+        assert!(decode_denial(&good[..10]).is_err());
+    }
 
     fn name(path: &str) -> Option<String> {
         name_key(path.as_bytes()).map(|k| {

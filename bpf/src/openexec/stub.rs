@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{
-    CgroupSlots, Dimension, Hooks, OpenExecError, OpenExecStats, PathRule, ProgramRunStats,
+    CgroupSlots, Denial, Dimension, Hooks, OpenExecError, OpenExecStats, PathRule, ProgramRunStats,
     RawObservation, Result, SlotMasks, NAME_KEY_LEN, PATH_KEY_LEN,
 };
 
@@ -64,6 +64,18 @@ impl Inner {
         match *self {}
     }
     pub(super) fn run_stats(&self) -> Result<Vec<ProgramRunStats>> {
+        match *self {}
+    }
+    pub(super) fn set_denial_rate(&self, _: u32) -> Result<()> {
+        match *self {}
+    }
+    pub(super) fn denial_rate(&self) -> Result<u32> {
+        match *self {}
+    }
+    pub(super) fn exec_resolved_map(&self) -> Result<libbpf_rs::MapHandle> {
+        match *self {}
+    }
+    pub(super) fn denial_reader(&self) -> Result<crate::ring::RecordReader<Denial>> {
         match *self {}
     }
 }
