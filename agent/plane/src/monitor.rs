@@ -1,0 +1,396 @@
+//! The monitor: the [`Sink`] that turns attributed events into findings.
+//!
+//! It holds every monitor- and enforce-mode policy in a per-event-ready
+//! form ([`MonitorPolicy`]: mode, selector, compiled matchers, monitorFilter
+//! predicates), replaced whole on every change, and the namespaces' labels
+//! (events carry the pod's own labels; selectors also read its
+//! namespace's). Per event it takes the policies selecting the pod (cached
+//! per pod until the pod, a policy or a namespace changes), keeps those
+//! with a behavior of the event's kind, and judges the event's target with
+//! the kernel's semantics ([`crate::matchers`]):
+//!
+//! - a **monitor** policy whose lists would deny it makes a counterfactual
+//!   finding (`enforced: false`), if its monitorFilter lets it through;
+//! - an **enforce** policy makes a finding only when the kernel refused the
+//!   operation and its own lists deny it (`enforced: true`): the kernel
+//!   merges every policy into one decision, and this is what names the
+//!   policy behind it;
+//! - a **dns** question is judged by the name matcher and graded as an
+//!   advisory finding (never "would have been denied");
+//! - a kernel refusal no enforce policy explains (a policy deleted since,
+//!   pins adopted from a previous daemon) is counted as
+//!   `unattributed_kernel_deny` and logged, never lost silently.
+
+use crate::collector::Sink;
+use crate::event::{Event, Facts, Kind, PodRef};
+use crate::filter::{event_value, filter_context, passes, FilterError};
+use crate::matchers::{Behaviors, Verdict};
+use kyverno_runtime_api::runtimepolicy::RuntimePolicyMode;
+use kyverno_runtime_enforce::dns::NameVerdict;
+use kyverno_runtime_metrics::{DropReason, Metrics};
+use kyverno_runtime_policy::compile::{CompiledFilter, EvaluationResult};
+use kyverno_runtime_policy::selector::PodTarget;
+use kyverno_runtime_report::{self as report, Finding, PodIdentity, Process};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+/// Where findings go (the reporter, the push stream). Implementations
+/// redact before anything leaves the daemon.
+pub trait FindingSink: Send + Sync {
+    /// Takes one finding. Must not block.
+    fn submit(&self, finding: Finding);
+}
+
+/// One policy as the monitor needs it.
+#[derive(Clone, Debug)]
+pub struct MonitorPolicy {
+    /// Its name.
+    pub name: String,
+    /// Its uid.
+    pub uid: String,
+    /// Monitor or enforce.
+    pub mode: RuntimePolicyMode,
+    /// Which pods it selects.
+    pub target: PodTarget,
+    /// Its behaviors, compiled.
+    pub behaviors: Behaviors,
+    /// Its monitorFilter predicates, in order (monitor mode only: admission
+    /// and the compiler refuse them on an enforce policy).
+    pub filters: Vec<CompiledFilter>,
+}
+
+impl MonitorPolicy {
+    /// A policy from its last evaluation.
+    pub fn new(
+        name: impl Into<String>,
+        uid: impl Into<String>,
+        mode: RuntimePolicyMode,
+        target: PodTarget,
+        evaluated: &EvaluationResult,
+        filters: Vec<CompiledFilter>,
+    ) -> Self {
+        MonitorPolicy {
+            name: name.into(),
+            uid: uid.into(),
+            mode,
+            target,
+            behaviors: Behaviors::compile(evaluated),
+            filters,
+        }
+    }
+
+    fn has(&self, kind: Kind) -> bool {
+        match kind {
+            Kind::Open => self.behaviors.open.is_some(),
+            Kind::Exec => self.behaviors.exec.is_some(),
+            Kind::Net => self.behaviors.net.is_some(),
+            Kind::Protocol => self.behaviors.protocol.is_some(),
+            Kind::Dns => self.behaviors.dns.is_some(),
+        }
+    }
+
+    /// The verdict of a non-dns behavior on `facts`.
+    fn judge(&self, facts: &Facts) -> Option<Verdict> {
+        let b = &self.behaviors;
+        match facts {
+            Facts::Open { path } => b.open.as_ref().map(|m| m.judge(path)),
+            Facts::Exec { filename, .. } => b.exec.as_ref().map(|m| m.judge(filename)),
+            Facts::Net { dest, domain, .. } => {
+                b.net.as_ref().map(|m| m.judge(*dest, domain.as_deref()))
+            }
+            Facts::Protocol { protocol, alpn } => b
+                .protocol
+                .as_ref()
+                .map(|m| m.judge(protocol, alpn.as_deref())),
+            Facts::Dns { .. } => None,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    generation: u64,
+    policies: Vec<Arc<MonitorPolicy>>,
+    namespaces: HashMap<String, BTreeMap<String, String>>,
+}
+
+struct Selection {
+    pod_version: u64,
+    generation: u64,
+    policies: Arc<[Arc<MonitorPolicy>]>,
+}
+
+thread_local! {
+    /// The monitorFilter run-time functions, built once per thread (the
+    /// CEL context is neither `Send` nor cheap to build).
+    static FILTER_CONTEXT: cel::Context<'static> = filter_context();
+}
+
+/// The monitor; see the module docs.
+pub struct Monitor {
+    table: RwLock<Arc<Table>>,
+    selections: Mutex<HashMap<String, Selection>>,
+    sinks: Vec<Arc<dyn FindingSink>>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Monitor {
+    /// A monitor handing findings to `sinks`.
+    pub fn new(sinks: Vec<Arc<dyn FindingSink>>, metrics: Option<Arc<Metrics>>) -> Self {
+        Monitor {
+            table: RwLock::default(),
+            selections: Mutex::default(),
+            sinks,
+            metrics,
+        }
+    }
+
+    fn edit(&self, f: impl FnOnce(&mut Table)) {
+        let mut guard = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        let mut table = Table {
+            generation: guard.generation + 1,
+            policies: guard.policies.clone(),
+            namespaces: guard.namespaces.clone(),
+        };
+        f(&mut table);
+        *guard = Arc::new(table);
+    }
+
+    /// Adds or replaces a policy (by name).
+    pub fn set_policy(&self, policy: MonitorPolicy) {
+        self.edit(|t| {
+            t.policies.retain(|p| p.name != policy.name);
+            t.policies.push(Arc::new(policy));
+        });
+    }
+
+    /// Removes a policy.
+    pub fn remove_policy(&self, name: &str) {
+        self.edit(|t| t.policies.retain(|p| p.name != name));
+    }
+
+    /// Sets a namespace's labels.
+    pub fn set_namespace(&self, name: &str, labels: BTreeMap<String, String>) {
+        self.edit(|t| {
+            t.namespaces.insert(name.to_string(), labels);
+        });
+    }
+
+    /// Forgets a namespace.
+    pub fn remove_namespace(&self, name: &str) {
+        self.edit(|t| {
+            t.namespaces.remove(name);
+        });
+    }
+
+    /// Policies held.
+    pub fn policy_count(&self) -> usize {
+        self.current().policies.len()
+    }
+
+    fn current(&self) -> Arc<Table> {
+        Arc::clone(&self.table.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The policies selecting `pod`, from the cache while neither the pod
+    /// nor the table changed.
+    fn selecting(&self, table: &Table, pod: &PodRef) -> Arc<[Arc<MonitorPolicy>]> {
+        let mut cache = self
+            .selections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = cache.get(&pod.uid) {
+            if s.pod_version == pod.version && s.generation == table.generation {
+                return Arc::clone(&s.policies);
+            }
+        }
+        let empty = BTreeMap::new();
+        let ns = table.namespaces.get(&pod.namespace).unwrap_or(&empty);
+        let policies: Arc<[Arc<MonitorPolicy>]> = table
+            .policies
+            .iter()
+            .filter(|p| p.target.matches(ns, &pod.labels))
+            .cloned()
+            .collect();
+        // A pod gone from the index leaves its entry; the cache is bounded
+        // by clearing it whole (cheap to rebuild) when it outgrows a node.
+        if cache.len() > 16_384 {
+            cache.clear();
+        }
+        cache.insert(
+            pod.uid.clone(),
+            Selection {
+                pod_version: pod.version,
+                generation: table.generation,
+                policies: Arc::clone(&policies),
+            },
+        );
+        policies
+    }
+
+    fn emit(
+        &self,
+        policy: &MonitorPolicy,
+        event: &Event,
+        pod: &PodRef,
+        enforced: bool,
+        decision: Option<report::Decision>,
+    ) {
+        if let Some(m) = &self.metrics {
+            m.finding_emitted(&policy.name, behavior(event.kind()).as_str());
+        }
+        if self.sinks.is_empty() {
+            return;
+        }
+        let process = event.process.as_ref().map(|p| Process {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            argv: match &event.facts {
+                Facts::Exec { argv, .. } => argv.clone(),
+                _ => Vec::new(),
+            },
+        });
+        let finding = Finding {
+            policy: policy.name.clone(),
+            policy_uid: policy.uid.clone(),
+            behavior: behavior(event.kind()),
+            pod: PodIdentity {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                uid: pod.uid.clone(),
+                container: event.container().map(str::to_string),
+                owner_kind: pod.owner_kind.clone(),
+                owner_name: pod.owner_name.clone(),
+            },
+            target: event.facts.target(),
+            enforced,
+            decision,
+            count: event.count,
+            first_observed: event.time,
+            last_observed: event.time,
+            process,
+        };
+        let (last, rest) = match self.sinks.split_last() {
+            Some(split) => split,
+            None => return,
+        };
+        for sink in rest {
+            sink.submit(finding.clone());
+        }
+        last.submit(finding);
+    }
+
+    fn filter_errors(&self, policy: &MonitorPolicy, errors: Vec<FilterError>) {
+        for e in errors {
+            if let Some(m) = &self.metrics {
+                m.monitor_filter_eval_error(&policy.name, &e.expression);
+            }
+            tracing::debug!(policy = %policy.name, expression = %e.expression, error = %e.error, "monitorFilter failed to evaluate; the finding is reported anyway");
+        }
+    }
+}
+
+/// The finding behavior of an event kind.
+pub fn behavior(kind: Kind) -> report::Behavior {
+    match kind {
+        Kind::Net => report::Behavior::Network,
+        Kind::Dns => report::Behavior::Dns,
+        Kind::Exec => report::Behavior::Exec,
+        Kind::Open => report::Behavior::Open,
+        Kind::Protocol => report::Behavior::Protocol,
+    }
+}
+
+fn decision_of(v: Verdict) -> Option<report::Decision> {
+    match v {
+        Verdict::Denied => Some(report::Decision::Denied),
+        Verdict::DefaultDenied => Some(report::Decision::DefaultDenied),
+        Verdict::Allowed => None,
+    }
+}
+
+impl Sink for Monitor {
+    fn name(&self) -> &'static str {
+        "monitor"
+    }
+
+    fn handle(&self, event: &Event) {
+        let Some(pod) = event.pod.as_deref() else {
+            // Attribution drops what it cannot place; nothing to match.
+            return;
+        };
+        let table = self.current();
+        let kind = event.kind();
+        let kernel_denied = event.kernel_denied();
+        let mut explained = false;
+        // Built at most once per event, and only for a filter.
+        let mut filter_event = None;
+        for policy in self.selecting(&table, pod).iter() {
+            if !policy.has(kind) {
+                continue;
+            }
+            if let Facts::Dns { qname } = &event.facts {
+                let Some(m) = &policy.behaviors.dns else {
+                    continue;
+                };
+                let v = m.judge(qname);
+                if v.reported() {
+                    let decision = (v == NameVerdict::Denied).then_some(report::Decision::Denied);
+                    self.emit(policy, event, pod, false, decision);
+                }
+                continue;
+            }
+            let Some(verdict) = policy.judge(&event.facts) else {
+                continue;
+            };
+            if !verdict.denies() {
+                continue;
+            }
+            match policy.mode {
+                RuntimePolicyMode::Enforce => {
+                    if kernel_denied {
+                        explained = true;
+                        self.emit(policy, event, pod, true, decision_of(verdict));
+                    }
+                }
+                RuntimePolicyMode::Monitor => {
+                    if !policy.filters.is_empty() {
+                        let value = filter_event.get_or_insert_with(|| event_value(event, pod));
+                        let mut errors = Vec::new();
+                        let pass = FILTER_CONTEXT
+                            .with(|ctx| passes(&policy.filters, ctx, value, &mut errors));
+                        self.filter_errors(policy, errors);
+                        if !pass {
+                            continue;
+                        }
+                    }
+                    self.emit(policy, event, pod, false, decision_of(verdict));
+                }
+            }
+        }
+        if kernel_denied {
+            // A log line is a way out of the daemon too: the target passes
+            // through the redaction chokepoint.
+            tracing::info!(
+                behavior = behavior(kind).as_str(),
+                target = %report::sanitize(&event.facts.target()),
+                pod = %format!("{}/{}", pod.namespace, pod.name),
+                count = event.count,
+                pid = event.process.as_ref().map(|p| p.pid),
+                comm = %event.process.as_ref().map(|p| report::sanitize(&p.comm)).unwrap_or_default(),
+                "kernel refused"
+            );
+        }
+        if kernel_denied && !explained {
+            if let Some(m) = &self.metrics {
+                m.events_dropped("monitor", DropReason::unattributed_kernel_deny, event.count);
+            }
+            tracing::debug!(
+                kind = kind.as_str(),
+                pod = %format!("{}/{}", pod.namespace, pod.name),
+                target = %report::sanitize(&event.facts.target()),
+                "the kernel refused an operation no enforce policy explains"
+            );
+        }
+    }
+}

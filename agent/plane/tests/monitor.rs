@@ -1,0 +1,370 @@
+//! The monitor: both finding shapes, the dns advisory finding, the
+//! unexplained kernel deny, selection by pod and namespace labels, and
+//! monitorFilter (short-circuit, errors reported anyway).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use kyverno_runtime_api::runtimepolicy::{RuntimePolicy, RuntimePolicyMode};
+use kyverno_runtime_metrics::Metrics;
+use kyverno_runtime_plane::collector::Sink;
+use kyverno_runtime_plane::event::{Event, Facts, KernelVerdict, PodRef, ProcessInfo};
+use kyverno_runtime_plane::monitor::{FindingSink, Monitor, MonitorPolicy};
+use kyverno_runtime_policy::compile::CompiledPolicy;
+use kyverno_runtime_report::{Behavior, Decision, Finding};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+#[derive(Default)]
+struct Findings(Mutex<Vec<Finding>>);
+
+impl FindingSink for Findings {
+    fn submit(&self, finding: Finding) {
+        self.0.lock().unwrap().push(finding);
+    }
+}
+
+impl Findings {
+    fn take(&self) -> Vec<Finding> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// A policy compiled and evaluated from a spec, as the engine does.
+fn policy(name: &str, spec: serde_json::Value) -> MonitorPolicy {
+    let rp: RuntimePolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "runtime.nirmata.io/v1alpha1",
+        "kind": "RuntimePolicy",
+        "metadata": {"name": name, "uid": format!("uid-{name}")},
+        "spec": spec,
+    }))
+    .unwrap();
+    let compiled = CompiledPolicy::compile(&rp.spec).unwrap();
+    let evaluated = compiled.evaluate().unwrap();
+    MonitorPolicy::new(
+        name,
+        format!("uid-{name}"),
+        compiled.mode,
+        compiled.target.clone(),
+        &evaluated,
+        compiled.monitor_filter.clone(),
+    )
+}
+
+fn pod(labels: &[(&str, &str)]) -> Arc<PodRef> {
+    Arc::new(PodRef {
+        namespace: "shop".into(),
+        name: "web-0".into(),
+        uid: "uid-web-0".into(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        containers: BTreeMap::from([(42, "app".into())]),
+        version: 1,
+        ..PodRef::default()
+    })
+}
+
+fn event(facts: Facts, pod: &Arc<PodRef>) -> Event {
+    let mut e = Event::new("test", facts);
+    e.cgroup = Some(42);
+    e.pod = Some(pod.clone());
+    e
+}
+
+fn exec(path: &str, argv: &[&str], pod: &Arc<PodRef>) -> Event {
+    let mut e = event(
+        Facts::Exec {
+            filename: path.into(),
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+        },
+        pod,
+    );
+    e.process = Some(ProcessInfo {
+        pid: 4242,
+        comm: "sh".into(),
+    });
+    e
+}
+
+fn monitor() -> (Monitor, Arc<Findings>, Arc<Metrics>) {
+    let findings = Arc::new(Findings::default());
+    let metrics = Arc::new(Metrics::new());
+    let m = Monitor::new(vec![findings.clone()], Some(metrics.clone()));
+    m.set_namespace("shop", BTreeMap::from([("team".into(), "a".into())]));
+    (m, findings, metrics)
+}
+
+#[test]
+fn a_monitor_policy_reports_what_it_would_deny_with_the_process() {
+    let (m, findings, _) = monitor();
+    m.set_policy(policy(
+        "watch-exec",
+        serde_json::json!({"mode": "monitor", "podSelector": {"matchLabels": {"app": "web"}},
+            "behaviors": [{"exec": {"allow": {"values": ["/bin/sh"]}, "deny": {"values": ["*"]}}}]}),
+    ));
+    let web = pod(&[("app", "web")]);
+    m.handle(&exec("/bin/sh", &["sh"], &web));
+    assert!(findings.take().is_empty(), "an allowed exec is no finding");
+    m.handle(&exec("/usr/bin/curl", &["curl", "-sS", "http://x"], &web));
+    let got = findings.take();
+    assert_eq!(got.len(), 1);
+    let f = &got[0];
+    assert_eq!(f.policy, "watch-exec");
+    assert_eq!(f.behavior, Behavior::Exec);
+    assert_eq!(f.target, "/usr/bin/curl");
+    assert!(!f.enforced, "a counterfactual");
+    assert_eq!(f.decision, Some(Decision::DefaultDenied));
+    assert_eq!(f.pod.container.as_deref(), Some("app"));
+    let p = f.process.as_ref().unwrap();
+    assert_eq!((p.pid, p.comm.as_str()), (4242, "sh"));
+    assert_eq!(p.argv, ["curl", "-sS", "http://x"]);
+
+    // Another pod's labels: not selected.
+    let mut db = (*pod(&[("app", "db")])).clone();
+    db.uid = "uid-db-0".into();
+    m.handle(&exec("/usr/bin/curl", &[], &Arc::new(db)));
+    // The same pod relabeled (the index gives it a new version).
+    let mut relabeled = (*web).clone();
+    relabeled.labels.insert("app".into(), "other".into());
+    relabeled.version += 1;
+    m.handle(&exec("/usr/bin/curl", &[], &Arc::new(relabeled)));
+    assert!(findings.take().is_empty());
+}
+
+#[test]
+fn an_enforce_policy_reports_only_what_the_kernel_refused_and_names_itself() {
+    let (m, findings, metrics) = monitor();
+    m.set_policy(policy(
+        "deny-curl",
+        serde_json::json!({"mode": "enforce", "podSelector": {},
+            "behaviors": [{"exec": {"deny": {"values": ["/usr/bin/curl"]}}}]}),
+    ));
+    m.set_policy(policy(
+        "deny-wget",
+        serde_json::json!({"mode": "enforce", "podSelector": {},
+            "behaviors": [{"exec": {"deny": {"values": ["/usr/bin/wget"]}}}]}),
+    ));
+    let web = pod(&[]);
+    // Allowed by the kernel: an enforce policy has nothing to say.
+    m.handle(&exec("/usr/bin/curl", &[], &web));
+    assert!(findings.take().is_empty());
+    let mut refused = exec("/usr/bin/curl", &[], &web);
+    refused.kernel = Some(KernelVerdict::Denied);
+    m.handle(&refused);
+    let got = findings.take();
+    assert_eq!(got.len(), 1, "only the policy whose lists deny it");
+    assert_eq!(got[0].policy, "deny-curl");
+    assert!(got[0].enforced);
+    assert_eq!(got[0].decision, Some(Decision::Denied));
+
+    // A refusal no policy explains (deleted since): counted, not lost.
+    let mut stray = exec("/usr/bin/nc", &[], &web);
+    stray.kernel = Some(KernelVerdict::Denied);
+    stray.count = 3;
+    m.handle(&stray);
+    assert!(findings.take().is_empty());
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"nirmata_runtime_events_dropped_total{source="monitor",reason="unattributed_kernel_deny"} 3"#),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_monitor_policy_judges_a_refused_operation_too() {
+    let (m, findings, _) = monitor();
+    m.set_policy(policy(
+        "watch",
+        serde_json::json!({"mode": "monitor", "podSelector": {},
+            "behaviors": [{"open": {"deny": {"values": ["/etc/shadow"]}}}]}),
+    ));
+    let mut e = event(
+        Facts::Open {
+            path: "/etc/shadow".into(),
+        },
+        &pod(&[]),
+    );
+    e.kernel = Some(KernelVerdict::Denied);
+    m.handle(&e);
+    let got = findings.take();
+    assert_eq!(got.len(), 1);
+    assert!(
+        !got[0].enforced,
+        "monitor findings are counterfactual whatever the kernel did"
+    );
+}
+
+#[test]
+fn namespace_selectors_follow_the_namespace_labels() {
+    let (m, findings, _) = monitor();
+    m.set_policy(policy(
+        "team-a",
+        serde_json::json!({"mode": "monitor", "namespaceSelector": {"matchLabels": {"team": "a"}},
+            "behaviors": [{"network": {"deny": {"values": ["10.0.0.0/8"]}}}]}),
+    ));
+    let web = pod(&[]);
+    let net = || {
+        event(
+            Facts::Net {
+                dest: "10.1.2.3".parse().unwrap(),
+                port: None,
+                domain: None,
+            },
+            &web,
+        )
+    };
+    m.handle(&net());
+    assert_eq!(findings.take().len(), 1);
+    m.set_namespace("shop", BTreeMap::from([("team".into(), "b".into())]));
+    m.handle(&net());
+    assert!(
+        findings.take().is_empty(),
+        "a relabeled namespace drops out of the cached selection"
+    );
+}
+
+#[test]
+fn a_dns_question_is_an_advisory_finding() {
+    let (m, findings, _) = monitor();
+    m.set_policy(policy(
+        "dns",
+        serde_json::json!({"mode": "monitor", "podSelector": {},
+            "behaviors": [{"dns": {"allow": {"values": ["*.example.com"]}, "deny": {"values": ["evil.example.com"]}}}]}),
+    ));
+    let web = pod(&[]);
+    let q = |name: &str| event(Facts::Dns { qname: name.into() }, &web);
+    m.handle(&q("www.example.com"));
+    assert!(findings.take().is_empty(), "expected");
+    m.handle(&q("example.com"));
+    let got = findings.take();
+    assert_eq!(got.len(), 1, "the apex is not a subdomain: unexpected");
+    assert_eq!((got[0].behavior, got[0].decision), (Behavior::Dns, None));
+    m.handle(&q("evil.example.com"));
+    let got = findings.take();
+    assert_eq!(got[0].decision, Some(Decision::Denied));
+    assert!(!got[0].enforced && got[0].process.is_none());
+}
+
+#[test]
+fn monitor_filter_expressions_short_circuit_and_an_error_reports_anyway() {
+    let (m, findings, metrics) = monitor();
+    m.set_policy(policy(
+        "filtered",
+        serde_json::json!({"mode": "monitor", "podSelector": {},
+        "behaviors": [{"exec": {"deny": {"values": ["*"]}}}, {"open": {"deny": {"values": ["*"]}}}],
+        "monitorFilter": {"expressions": [
+            {"name": "only-exec", "expression": "has(event.exec)"},
+            {"name": "not-health", "expression": "!event.exec.argv.exists(a, a == '--health')"},
+            {"name": "pid-positive", "expression": "event.pid > 0"}
+        ]}}),
+    ));
+    let web = pod(&[]);
+    // Opens fail the first expression; the second (which would fail on an
+    // open event, having no exec) is never evaluated.
+    m.handle(&event(
+        Facts::Open {
+            path: "/etc/hosts".into(),
+        },
+        &web,
+    ));
+    assert!(findings.take().is_empty());
+    // A health check is filtered out.
+    m.handle(&exec("/bin/probe", &["probe", "--health"], &web));
+    assert!(findings.take().is_empty());
+    m.handle(&exec("/bin/sh", &["sh", "-c", "id"], &web));
+    assert_eq!(findings.take().len(), 1);
+    // A counter event has no pid: `event.pid` fails to evaluate, and the
+    // finding is reported anyway and the error counted.
+    let mut counted = exec("/bin/ls", &[], &web);
+    counted.process = None;
+    counted.count = 5;
+    m.handle(&counted);
+    let got = findings.take();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].count, 5);
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"nirmata_runtime_monitor_filter_eval_errors_total{policy="filtered",expression="pid-positive"} 1"#),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_policy_update_replaces_and_a_delete_removes() {
+    let (m, findings, _) = monitor();
+    let spec = |deny: &str| {
+        serde_json::json!({"mode": "monitor", "podSelector": {},
+            "behaviors": [{"protocol": {"deny": {"values": [deny]}}}]})
+    };
+    m.set_policy(policy("p", spec("ssh")));
+    let web = pod(&[]);
+    let ssh = || {
+        event(
+            Facts::Protocol {
+                protocol: "ssh",
+                alpn: None,
+            },
+            &web,
+        )
+    };
+    m.handle(&ssh());
+    assert_eq!(findings.take()[0].target, "ssh");
+    m.set_policy(policy("p", spec("quic")));
+    assert_eq!(m.policy_count(), 1);
+    m.handle(&ssh());
+    assert!(findings.take().is_empty());
+    m.remove_policy("p");
+    assert_eq!(m.policy_count(), 0);
+}
+
+#[test]
+fn the_mode_of_a_policy_is_taken_from_the_spec() {
+    let p = policy(
+        "m",
+        serde_json::json!({"podSelector": {}, "behaviors": [{"open": {"deny": {"values": ["/x"]}}}]}),
+    );
+    assert_eq!(
+        p.mode,
+        RuntimePolicyMode::Monitor,
+        "omitted mode reads as monitor"
+    );
+}
+
+/// A log line is one of the four ways out of the daemon: a refused target
+/// carrying secrets is logged only through the chokepoint.
+#[test]
+fn a_refusal_is_logged_redacted() {
+    use std::io::Write;
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let (m, _findings, _) = monitor();
+    let buffer = Buffer::default();
+    let sink = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    let secret = "/opt/run --password=hunter2 Authorization: Bearer abc.def.ghi";
+    let mut e = exec(secret, &[], &pod(&[]));
+    e.kernel = Some(KernelVerdict::Denied);
+    e.process = Some(ProcessInfo {
+        pid: 7,
+        comm: "x token=hunter3".into(),
+    });
+    tracing::subscriber::with_default(subscriber, || m.handle(&e));
+    let logged = String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
+    assert!(logged.contains("kernel refused"), "{logged}");
+    for secret in ["hunter2", "abc.def.ghi", "hunter3"] {
+        assert!(!logged.contains(secret), "{secret}: {logged}");
+    }
+}
