@@ -10,8 +10,14 @@
 //! FlushLoop (status shards, every --status-interval)     -> task (final flush on shutdown)
 //! engine: RuntimePolicy + Namespace watches, synced
 //!         -> then the Pod watch (spec.nodeName=NODE)     -> task
-//!         -> open/exec manager, egress manager, Reports
-//!         -> evaluationInterval re-evaluation, 10 s drains
+//!         -> open/exec, egress, protocol and DNS managers
+//!         -> evaluationInterval re-evaluation
+//! event plane (kyverno_runtime_plane::Collector)         -> task
+//!   sources: openexec-observe, egress-observe (counter polls through
+//!            the engine, every --drain-interval), openexec-denials,
+//!            exec-trace, dnsquery (ring buffers, read as records arrive)
+//!   -> attribution (cgroup id, pod uid, pid -> pod)
+//!   -> monitor (policies' matchers, monitorFilter) -> Reports, push
 //! ```
 //!
 //! A fatal error in any task shuts the whole daemon down (non-zero exit),
@@ -23,7 +29,6 @@
 
 pub(crate) mod convert;
 mod engine;
-mod monitor;
 mod resolve;
 mod watches;
 
@@ -32,22 +37,29 @@ use clap::Args;
 use engine::{Engine, Slot};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::Api;
+use kyverno_runtime_bpf::exectrace::ExecTracer;
+use kyverno_runtime_bpf::openexec::Denial;
+use kyverno_runtime_bpf::ring::RecordReader;
 use kyverno_runtime_compat::{
     derive_plan, Backend, Behavior, LiveHost, OpenExecBackend, Overrides, Plan, Prober,
 };
 use kyverno_runtime_enforce::egress::{EgressEnforcer, EgressManager};
 use kyverno_runtime_enforce::lsm;
 use kyverno_runtime_enforce::openexec::OpenExecManager;
+use kyverno_runtime_metrics::{DropReason, SourceFailureReason};
 use kyverno_runtime_metrics::{Health, Metrics};
+use kyverno_runtime_plane::{Collector, Index, Monitor, PollSource, RingSource};
 use kyverno_runtime_status::{ClusterWatcher, FlushLoop, Placement, Reports, StatusWriter};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use watches::lock;
 
 pub use convert::parse_duration;
 
@@ -74,6 +86,15 @@ pub struct DaemonArgs {
     /// How often the kernel counters are drained.
     #[arg(long, env = "KRT_DRAIN_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub drain_interval: Duration,
+    /// Per-occurrence refusal records (pid, comm, path) each cgroup may
+    /// send per second; refusals beyond are counted, not recorded, and 0
+    /// records none.
+    #[arg(long, env = "KRT_DENIAL_RECORDS_PER_SECOND", default_value_t = 50)]
+    pub denial_records_per_second: u32,
+    /// Events the event plane holds before it drops the newest (counted
+    /// as buffer_full).
+    #[arg(long, env = "KRT_EVENT_BUFFER", default_value_t = 65_536)]
+    pub event_buffer: usize,
     /// bpffs directory where programs and maps are pinned so enforcement
     /// survives a restart of the daemon.
     #[arg(
@@ -175,6 +196,10 @@ struct Loaded {
     protocol: Slot<engine::Protocol>,
     dns: Slot<engine::Dns>,
     dns_reader: Option<kyverno_runtime_bpf::dns::DnsReader>,
+    /// The open/exec programs' refusal records, or why there are none.
+    denials: Result<RecordReader<Denial>, String>,
+    /// The exec tracer, or why there is none (and what kind of failure).
+    tracer: Result<ExecTracer, (SourceFailureReason, String)>,
     /// Why open/exec runs on another backend than the plan's, if it does.
     fallback: Option<String>,
 }
@@ -216,6 +241,39 @@ fn load_backends(args: &DaemonArgs) -> Loaded {
     };
     if let Slot::Unavailable(r) = &openexec {
         tracing::error!(reason = %r, "open/exec enforcement is not available on this node");
+    }
+    let denials = match &openexec {
+        Slot::Ready(m) => m
+            .open_backend()
+            .set_denial_rate(args.denial_records_per_second)
+            .and_then(|()| m.open_backend().denial_reader())
+            .map_err(|e| format!("the refusal records: {e}")),
+        Slot::Unavailable(r) => Err(r.clone()),
+    };
+    if let Err(r) = &denials {
+        tracing::warn!(reason = %r, "per-occurrence refusal records are not available: refusals are counted only");
+    }
+    // The exec tracer needs the open/exec programs: they gate it by the
+    // same policies and hand it the paths they resolved.
+    let argv = plan.entry(Behavior::ExecArgv);
+    let tracer = match &openexec {
+        _ if !argv.available => Err((
+            SourceFailureReason::InitializationFailed,
+            argv.reason.clone(),
+        )),
+        Slot::Unavailable(r) => Err((
+            SourceFailureReason::DependencyUnavailable,
+            format!("needs the open/exec backend: {r}"),
+        )),
+        Slot::Ready(m) => m
+            .open_backend()
+            .exec_resolved_map()
+            .map_err(|e| e.to_string())
+            .and_then(|map| ExecTracer::load(Some(&map)).map_err(|e| e.to_string()))
+            .map_err(|e| (SourceFailureReason::InitializationFailed, e)),
+    };
+    if let Err((_, r)) = &tracer {
+        tracing::error!(reason = %r, "the exec tracer is not available: execs are observed without argv");
     }
     let net = plan.entry(Behavior::Network);
     let egress = if !net.available {
@@ -276,46 +334,120 @@ fn load_backends(args: &DaemonArgs) -> Loaded {
         protocol,
         dns,
         dns_reader,
+        denials,
+        tracer,
         fallback,
     }
 }
 
-/// Reads DNS questions on a thread of its own (the ring buffer's poll
-/// blocks) and hands them to the engine in batches, with how many records
-/// were undecodable since the last batch. The thread ends once the engine
-/// is gone. A full channel makes it wait, and the kernel then counts what
-/// the ring buffer could not hold (ringbuf_full): nothing is lost silently.
-fn spawn_dns_reader(
-    mut reader: kyverno_runtime_bpf::dns::DnsReader,
-) -> tokio::sync::mpsc::Receiver<(Vec<kyverno_runtime_bpf::dns::DnsQuestion>, u64)> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let spawned = std::thread::Builder::new()
-        .name("dns-reader".into())
-        .spawn(move || {
-            let mut undecodable_seen = 0;
-            while !tx.is_closed() {
-                match reader.poll_questions(Duration::from_millis(500)) {
-                    Ok(questions) => {
-                        let undecodable = reader.undecodable();
-                        let delta = undecodable.saturating_sub(undecodable_seen);
-                        undecodable_seen = undecodable;
-                        if (!questions.is_empty() || delta > 0)
-                            && tx.blocking_send((questions, delta)).is_err()
-                        {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "reading DNS questions failed; retrying");
-                        std::thread::sleep(Duration::from_secs(1));
-                    }
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "starting the DNS reader thread failed: no dns observation");
+/// What the event plane's sources are built from.
+struct Sources {
+    has_openexec: bool,
+    openexec_reason: Option<String>,
+    has_egress: bool,
+    egress_reason: Option<String>,
+    dns_reason: Option<String>,
+    dns_reader: Option<kyverno_runtime_bpf::dns::DnsReader>,
+    denials: Result<RecordReader<Denial>, String>,
+    tracer: Option<Arc<ExecTracer>>,
+}
+
+/// Adds every source the node can run to the collector, and registers the
+/// others as failed with the reason (so status says why, not just "no").
+fn add_sources(
+    collector: &mut Collector,
+    engine: &watches::SharedEngine,
+    args: &DaemonArgs,
+    s: Sources,
+) {
+    let init = SourceFailureReason::InitializationFailed;
+    if s.has_openexec {
+        let e = engine.clone();
+        collector.add_source(Box::new(PollSource::new(
+            engine::OPENEXEC_SOURCE,
+            args.drain_interval,
+            move || lock(&e).poll_openexec(),
+        )));
+    } else {
+        let reason = s.openexec_reason.unwrap_or_default();
+        collector.register_failed(engine::OPENEXEC_SOURCE, init, &reason);
     }
-    rx
+    match s.denials {
+        Ok(reader) => {
+            // What the per-cgroup budget or a full ring left out is still
+            // counted (as a counter observation), but its detail is not.
+            let e = engine.clone();
+            let mut seen: Option<(u64, u64)> = None;
+            let losses = Box::new(move || {
+                let Some(stats) = lock(&e).openexec_stats() else {
+                    return Vec::new();
+                };
+                let now = (stats.denials_rate_limited, stats.denials_ringbuf_full);
+                let before = seen.replace(now).unwrap_or(now);
+                vec![
+                    (DropReason::rate_limited, now.0.saturating_sub(before.0)),
+                    (DropReason::ringbuf_full, now.1.saturating_sub(before.1)),
+                ]
+            });
+            collector.add_source(Box::new(
+                RingSource::new(engine::DENIALS_SOURCE, reader, |d| {
+                    vec![engine::denial_event(d)]
+                })
+                .with_losses(losses),
+            ));
+        }
+        Err(reason) => collector.register_failed(engine::DENIALS_SOURCE, init, &reason),
+    }
+    if let Some(tracer) = s.tracer {
+        match tracer.reader() {
+            Ok(reader) => {
+                let mut seen: Option<u64> = None;
+                let losses = Box::new(move || match tracer.read_stats() {
+                    Ok(stats) => {
+                        let before = seen.replace(stats.ringbuf_full).unwrap_or(0);
+                        vec![(
+                            DropReason::ringbuf_full,
+                            stats.ringbuf_full.saturating_sub(before),
+                        )]
+                    }
+                    Err(_) => Vec::new(),
+                });
+                collector.add_source(Box::new(
+                    RingSource::new(engine::EXEC_TRACE_SOURCE, reader, engine::exec_events)
+                        .with_losses(losses),
+                ));
+            }
+            Err(e) => collector.register_failed(engine::EXEC_TRACE_SOURCE, init, &e.to_string()),
+        }
+    }
+    if s.has_egress {
+        let e = engine.clone();
+        collector.add_source(Box::new(PollSource::new(
+            engine::EGRESS_SOURCE,
+            args.drain_interval,
+            move || lock(&e).poll_egress(),
+        )));
+    } else {
+        let reason = s.egress_reason.unwrap_or_default();
+        collector.register_failed(engine::EGRESS_SOURCE, init, &reason);
+    }
+    match s.dns_reader {
+        Some(reader) => {
+            let e = engine.clone();
+            collector.add_source(Box::new(
+                RingSource::new(engine::DNS_SOURCE, reader.into_records(), |q| {
+                    vec![engine::dns_event(q)]
+                })
+                .with_losses(Box::new(move || lock(&e).dns_losses())),
+            ));
+        }
+        None => {
+            let reason = s
+                .dns_reason
+                .unwrap_or_else(|| "the DNS question ring buffer could not be opened".into());
+            collector.register_failed(engine::DNS_SOURCE, init, &reason);
+        }
+    }
 }
 
 /// Checks that `pin_dir` is (or would be created) on a bpffs. Pins on any
@@ -453,7 +585,40 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
     if reporter.is_none() {
         tracing::info!("--reports-enabled=false: findings are counted, not written");
     }
-    let engine = Engine::new(engine::Parts {
+
+    // The event plane: attribution, then the monitor, whose findings go to
+    // the reporter and the push stream.
+    let sinks = engine::FindingSinks {
+        reporter: reporter.as_ref().map(|r| r.handle()),
+        push: push.as_ref().map(|p| p.handle()),
+    };
+    let monitor = Arc::new(Monitor::new(vec![Arc::new(sinks)], Some(metrics.clone())));
+    let index = Arc::new(Index::new(
+        Some(metrics.clone()),
+        "/proc",
+        resolver.v2_root(),
+    ));
+    let mut collector = Collector::new(args.event_buffer, Some(metrics.clone()));
+    collector.add_stage(index.clone());
+    collector.add_sink(monitor.clone());
+    {
+        let health = health.clone();
+        collector.on_heartbeat(move || health.collector_tick());
+    }
+    let tracer = match loaded.tracer {
+        Ok(t) => Some(Arc::new(t)),
+        Err((kind, reason)) => {
+            collector.register_failed(engine::EXEC_TRACE_SOURCE, kind, &reason);
+            None
+        }
+    };
+    let has_openexec = matches!(loaded.openexec, Slot::Ready(_));
+    let has_egress =
+        matches!(loaded.egress, Slot::Ready(_)) || matches!(loaded.protocol, Slot::Ready(_));
+    let openexec_reason = loaded.openexec.reason().map(str::to_string);
+    let egress_reason = loaded.egress.reason().map(str::to_string);
+    let dns_reason = loaded.dns.reason().map(str::to_string);
+    let engine = Arc::new(Mutex::new(Engine::new(engine::Parts {
         node: args.node_name.clone(),
         backends,
         openexec: loaded.openexec,
@@ -463,11 +628,28 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         resolver,
         reports: reports.clone(),
         metrics: metrics.clone(),
-        findings: engine::FindingSinks {
-            reporter: reporter.as_ref().map(|r| r.handle()),
-            push: push.as_ref().map(|p| p.handle()),
+        plane: engine::Plane {
+            index,
+            monitor,
+            tracer: tracer.clone(),
+            sources: collector.states(),
         },
-    });
+    })));
+    add_sources(
+        &mut collector,
+        &engine,
+        &args,
+        Sources {
+            has_openexec,
+            openexec_reason,
+            has_egress,
+            egress_reason,
+            dns_reason,
+            dns_reader: loaded.dns_reader,
+            denials: loaded.denials,
+            tracer,
+        },
+    );
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -561,23 +743,27 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
             client: client.clone(),
             node: args.node_name.clone(),
             health: health.clone(),
-            drain_interval: args.drain_interval,
-            dns_questions: loaded.dns_reader.map(spawn_dns_reader),
         };
         let stop = stopped(stop_rx.clone());
-        // The reporter stops after the engine: its final flush then holds
-        // the engine's final drain.
-        let (engine_done_tx, engine_done_rx) = watch::channel(false);
-        let engine_done_for_reporter = engine_done_rx.clone();
         tasks.spawn(async move {
             let r = watches.run(engine, stop).await;
-            let _ = engine_done_tx.send(true);
             ("engine", r)
         });
+        // The plane's sources drain the kernel once more at stop; the
+        // reporter and the push stream stop after it, so their final
+        // flushes hold that last window.
+        let (plane_done_tx, plane_done_rx) = watch::channel(false);
+        let plane_stop = stop_rx.clone();
+        tasks.spawn(async move {
+            collector.run(plane_stop).await;
+            let _ = plane_done_tx.send(true);
+            ("event plane", Ok(()))
+        });
+        let plane_done_for_reporter = plane_done_rx.clone();
         match reporter {
             Some(reporter) => {
                 tasks.spawn(async move {
-                    reporter.run(stopped(engine_done_for_reporter)).await;
+                    reporter.run(stopped(plane_done_for_reporter)).await;
                     let _ = reporter_done_tx.send(true);
                     ("reporter", Ok(()))
                 });
@@ -587,8 +773,8 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
             }
         }
         if let Some(push) = push {
-            // Stops after the engine, so its final drain is streamed too.
-            let done = engine_done_rx.clone();
+            // Stops after the plane, so its final drain is streamed too.
+            let done = plane_done_rx.clone();
             tasks.spawn(async move {
                 push.run(stopped(done)).await;
                 ("push sink", Ok(()))

@@ -91,6 +91,16 @@ impl CgroupResolver {
         Ok(Self { inner })
     }
 
+    /// The cgroup v2 hierarchy's mount, when there is one (where a PID's
+    /// cgroup path is resolved to a directory).
+    pub fn v2_root(&self) -> Option<PathBuf> {
+        self.inner
+            .roots()
+            .iter()
+            .find(|r| r.version == cgroups::CgroupVersion::V2)
+            .map(|r| r.mount_point.clone())
+    }
+
     /// Resolves a pod's containers; never fails as a whole.
     pub fn resolve(&self, pod: &Pod) -> PodCgroups {
         let r = self.inner.resolve(pod);

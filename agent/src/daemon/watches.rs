@@ -15,8 +15,18 @@ use kyverno_runtime_api::runtimepolicy::RuntimePolicy;
 use kyverno_runtime_metrics::Health;
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// The engine, shared with the event plane's poll sources (which drain
+/// the kernel counters through it). Locked per watch event and per poll,
+/// never across an await.
+pub type SharedEngine = Arc<Mutex<Engine>>;
+
+/// Locks the engine even if a panicking holder poisoned it: its state is
+/// the managers' bookkeeping, which every call leaves consistent.
+pub fn lock(engine: &SharedEngine) -> MutexGuard<'_, Engine> {
+    engine.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// What the engine task needs besides the engine.
 pub struct Watches {
@@ -24,27 +34,8 @@ pub struct Watches {
     pub client: kube::Client,
     /// This node (the Pod watch's field selector).
     pub node: String,
-    /// Told when policies have synced and on every drain tick.
+    /// Told when policies have synced.
     pub health: Arc<Health>,
-    /// How often the kernel counters are drained.
-    pub drain_interval: Duration,
-    /// Batches of DNS questions from the reader thread, when the observer
-    /// loaded.
-    pub dns_questions: Option<DnsBatches>,
-}
-
-/// What the DNS reader thread sends: questions, and how many records it
-/// could not decode since the last batch.
-pub type DnsBatches =
-    tokio::sync::mpsc::Receiver<(Vec<kyverno_runtime_bpf::dns::DnsQuestion>, u64)>;
-
-async fn next_batch(
-    rx: &mut Option<DnsBatches>,
-) -> Option<(Vec<kyverno_runtime_bpf::dns::DnsQuestion>, u64)> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
 }
 
 // Boxed: a Pod is several times larger than the others, and every update
@@ -76,8 +67,8 @@ struct Synced {
 impl Watches {
     /// Runs until `stop` completes; an error is fatal to the daemon.
     pub async fn run(
-        mut self,
-        mut engine: Engine,
+        self,
+        engine: SharedEngine,
         stop: impl Future<Output = ()>,
     ) -> anyhow::Result<()> {
         let policies = watcher::watcher(
@@ -98,37 +89,21 @@ impl Watches {
             select_all([policies, namespaces]);
         let mut relists = Relists::default();
         let mut synced = Synced::default();
-        let mut drain = tokio::time::interval(self.drain_interval);
-        drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(stop);
         loop {
-            let due = engine.next_due().map(tokio::time::Instant::from_std);
+            let due = lock(&engine).next_due().map(tokio::time::Instant::from_std);
             tokio::select! {
-                () = &mut stop => {
-                    // What the kernel counted since the last tick goes to
-                    // the reporter's final flush.
-                    engine.drain();
-                    return Ok(());
-                }
+                // The event plane drains the kernel one last time after
+                // this (its sources poll at stop).
+                () = &mut stop => return Ok(()),
                 item = streams.next() => match item {
                     None => anyhow::bail!("every watch stream ended"),
                     // kube-runtime's backoff retries; the error is worth a
                     // line each time (a Forbidden here is an RBAC gap).
                     Some(Err(e)) => tracing::warn!(error = %e, "watch error (retrying)"),
-                    Some(Ok(update)) => apply(&mut engine, &mut relists, &mut synced, update),
+                    Some(Ok(update)) => apply(&mut lock(&engine), &mut relists, &mut synced, update),
                 },
-                batch = next_batch(&mut self.dns_questions) => match batch {
-                    Some((questions, undecodable)) => engine.dns_questions(questions, undecodable),
-                    None => {
-                        tracing::error!("the DNS reader stopped: no more dns observation");
-                        self.dns_questions = None;
-                    }
-                },
-                _ = drain.tick() => {
-                    engine.drain();
-                    self.health.collector_tick();
-                }
-                () = sleep_until(due), if due.is_some() => engine.evaluate_due(std::time::Instant::now()),
+                () = sleep_until(due), if due.is_some() => lock(&engine).evaluate_due(std::time::Instant::now()),
             }
             if synced.policies && synced.namespaces && !synced.pod_watch_started {
                 synced.pod_watch_started = true;
