@@ -14,7 +14,7 @@
 //!   one of the verified controllers goes to the top-most such
 //!   controller's Report (a CronJob's rather than its Job's), and is not
 //!   repeated on the pod's; the rest stay on the pod's Report, marked with
-//!   whether the owner verified ([`property::OWNER_VERIFIED`]).
+//!   whether the owner verified ([`property::OWNER_VERIFIED`](crate::property::OWNER_VERIFIED)).
 //!
 //! Per Report it reads what is stored, merges, skips the write if nothing
 //! changed, and otherwise creates or replaces it with the resourceVersion
@@ -58,8 +58,6 @@ use crate::merge::{
 };
 use crate::owners::{self, Chain, Controller, Owners};
 use crate::policies::{Policies, PolicyState};
-#[allow(unused_imports)] // the module docs link it
-use crate::result::property;
 use crate::sanitize::sanitize;
 use kube::api::{Api, PostParams};
 use kyverno_runtime_api::openreports::Report;
@@ -410,7 +408,8 @@ impl Drop for Pending<'_> {
 /// Where a pod's findings go, from its verified owners.
 #[derive(Debug)]
 enum Route {
-    /// The pod's own Report, with its [`property::OWNER_VERIFIED`] mark.
+    /// The pod's own Report, with its
+    /// [`property::OWNER_VERIFIED`](crate::property::OWNER_VERIFIED) mark.
     Pod(Option<bool>),
     /// Its verified controllers, nearest first: each finding goes to the
     /// top-most one its policy rolls up to, else stays on the pod's Report
