@@ -325,11 +325,20 @@ impl Shared {
     /// Puts findings that could not be written back for the next flush: at
     /// most `max_results` per pod, the most recent, and only as many
     /// distinct findings as the buffer holds.
+    ///
+    /// The cap is per pod whatever the groups are: a controller's group
+    /// holds the findings of many pods, which fold into fewer results.
     fn requeue(&self, groups: impl IntoIterator<Item = BTreeMap<Fingerprint, Finding>>) {
+        let mut by_pod: BTreeMap<PodKey, Vec<(Fingerprint, Finding)>> = BTreeMap::new();
+        for (fingerprint, finding) in groups.into_iter().flatten() {
+            by_pod
+                .entry(PodKey::of(&finding))
+                .or_default()
+                .push((fingerprint, finding));
+        }
         let mut over_cap = 0u64;
         let mut keep = Vec::new();
-        for group in groups {
-            let mut group: Vec<(Fingerprint, Finding)> = group.into_iter().collect();
+        for mut group in by_pod.into_values() {
             if group.len() > self.max_results {
                 group.sort_by_key(|(_, f)| std::cmp::Reverse(f.last_observed));
                 over_cap += (group.len() - self.max_results) as u64;
@@ -1150,6 +1159,22 @@ mod tests {
         assert_eq!(new.count, 2);
         assert_eq!((new.first_observed, new.last_observed), (at(12), at(50)));
         assert!(taken.contains_key(&finding("a", "/old2", 0, 0, 0).fingerprint()));
+    }
+
+    #[test]
+    fn the_requeue_cap_is_per_pod_in_a_controllers_group() {
+        let (s, drops) = shared(100, 2);
+        // A controller's group: two findings each of three pods.
+        let mut group = BTreeMap::new();
+        for pod in ["a", "b", "c"] {
+            for target in ["/x", "/y"] {
+                let f = finding(pod, target, 1, 10, 10).redact();
+                group.insert(f.fingerprint(), f);
+            }
+        }
+        s.requeue([group]);
+        assert!(drops.lock().unwrap().is_empty());
+        assert_eq!(s.take().len(), 6);
     }
 
     #[test]
