@@ -5,6 +5,11 @@
 //! request) is the witness: the daemon makes requests of every kind it
 //! needs and none is refused; with one verb removed from the ClusterRole it
 //! is refused (and says so in its log); and the role cannot read Secrets.
+//! The reporter's controller roll-up (owner verification, the policy's
+//! roll-up setting, the sweep for deleted policies' results) needs findings
+//! from pods with controllers, which the daemon has none of here (no
+//! kernel): the daemon's own reporter, with the same token, is run on such
+//! findings and held to the same standard.
 #![cfg(feature = "kube-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -157,6 +162,228 @@ fn setup(cluster: &LocalCluster) {
     );
 }
 
+/// A workload object's uid.
+fn uid_of(cluster: &LocalCluster, kind: &str, name: &str) -> String {
+    get_json(cluster, &[kind, name, "-n", NS]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The ownerReference a controller writes, as YAML flow.
+fn owned_by(api_version: &str, kind: &str, name: &str, uid: &str) -> String {
+    format!(
+        "[{{apiVersion: {api_version}, kind: {kind}, name: {name}, uid: {uid}, controller: true}}]"
+    )
+}
+
+/// A pod on another node (the daemon must not pick it up) with `labels`,
+/// owned by `owner`; returned as a finding's identity.
+fn owned_pod(
+    cluster: &LocalCluster,
+    name: &str,
+    labels: &str,
+    owner: (&str, &str, &str, &str),
+) -> kyverno_runtime_report::PodIdentity {
+    let (api_version, kind, owner_name, owner_uid) = owner;
+    apply(
+        cluster,
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {NS}\n  labels: {{{labels}}}\n  ownerReferences: {}\nspec:\n  nodeName: rbac-other-node\n  containers:\n  - name: main\n    image: busybox\n",
+            owned_by(api_version, kind, owner_name, owner_uid)
+        ),
+    );
+    kyverno_runtime_report::PodIdentity {
+        namespace: NS.into(),
+        name: name.into(),
+        uid: uid_of(cluster, "pod", name),
+        container: Some("main".into()),
+        owner_kind: Some(kind.into()),
+        owner_name: Some(owner_name.into()),
+    }
+}
+
+/// Pods of a Deployment (through its ReplicaSet), a StatefulSet, a
+/// DaemonSet and a CronJob (through its Job), made as their controllers
+/// would have made them.
+fn controlled_pods(cluster: &LocalCluster) -> Vec<kyverno_runtime_report::PodIdentity> {
+    let spec = |selector: &str| {
+        format!("  selector: {{matchLabels: {{{selector}}}}}\n  template:\n    metadata: {{labels: {{{selector}}}}}\n    spec: {{containers: [{{name: main, image: busybox}}]}}\n")
+    };
+    let object = |api: &str, kind: &str, name: &str, extra: &str, body: &str| {
+        apply(
+            cluster,
+            &format!("apiVersion: {api}\nkind: {kind}\nmetadata:\n  name: {name}\n  namespace: {NS}\n{extra}spec:\n{body}"),
+        );
+        uid_of(cluster, kind, name)
+    };
+    let deploy = object(
+        "apps/v1",
+        "Deployment",
+        "rbac-deploy",
+        "",
+        &spec("app: rbac-deploy"),
+    );
+    let rs = object(
+        "apps/v1",
+        "ReplicaSet",
+        "rbac-deploy-7f",
+        &format!(
+            "  ownerReferences: {}\n",
+            owned_by("apps/v1", "Deployment", "rbac-deploy", &deploy)
+        ),
+        &spec("app: rbac-deploy, h: 7f"),
+    );
+    let sts = object(
+        "apps/v1",
+        "StatefulSet",
+        "rbac-sts",
+        "",
+        &format!("  serviceName: rbac-sts\n{}", spec("app: rbac-sts")),
+    );
+    let ds = object("apps/v1", "DaemonSet", "rbac-ds", "", &spec("app: rbac-ds"));
+    let cron = object(
+        "batch/v1",
+        "CronJob",
+        "rbac-cron",
+        "",
+        "  schedule: \"0 0 * * *\"\n  jobTemplate:\n    spec:\n      template:\n        spec: {restartPolicy: Never, containers: [{name: main, image: busybox}]}\n",
+    );
+    let job = object(
+        "batch/v1",
+        "Job",
+        "rbac-cron-1",
+        &format!("  ownerReferences: {}\n", owned_by("batch/v1", "CronJob", "rbac-cron", &cron)),
+        "  template:\n    spec: {restartPolicy: Never, containers: [{name: main, image: busybox}]}\n",
+    );
+    // The API server generated the Job's selector; its pods carry it.
+    let job_json = get_json(cluster, &["job", "rbac-cron-1", "-n", NS]).unwrap();
+    let job_labels = job_json["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| format!("{k}: {}", v.as_str().unwrap()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    vec![
+        owned_pod(
+            cluster,
+            "rbac-deploy-7f-a",
+            "app: rbac-deploy, h: 7f",
+            ("apps/v1", "ReplicaSet", "rbac-deploy-7f", &rs),
+        ),
+        owned_pod(
+            cluster,
+            "rbac-sts-0",
+            "app: rbac-sts",
+            ("apps/v1", "StatefulSet", "rbac-sts", &sts),
+        ),
+        owned_pod(
+            cluster,
+            "rbac-ds-x",
+            "app: rbac-ds",
+            ("apps/v1", "DaemonSet", "rbac-ds", &ds),
+        ),
+        owned_pod(
+            cluster,
+            "rbac-cron-1-x",
+            &job_labels,
+            ("batch/v1", "Job", "rbac-cron-1", &job),
+        ),
+    ]
+}
+
+/// The daemon's reporter, authenticated with the daemon's token, run on
+/// findings from `pods` until their controllers' Reports are written.
+fn run_reporter(
+    cluster: &LocalCluster,
+    kubeconfig: &Path,
+    pods: &[kyverno_runtime_report::PodIdentity],
+) {
+    use kyverno_runtime_report::{controller_report_name, ControllerKind as K};
+    let policy_uid = uid_of_policy(cluster, "rbac-policy");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(kubeconfig).unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+        let reporter = kyverno_runtime_report::Reporter::new(
+            kube::Client::try_from(config).unwrap(),
+            kyverno_runtime_report::ReporterOptions {
+                interval: Duration::from_millis(200),
+                node: NODE.into(),
+                cleanup_spread: Duration::ZERO,
+                ..Default::default()
+            },
+        );
+        let handle = reporter.handle();
+        let now = std::time::SystemTime::now();
+        for pod in pods {
+            handle.submit(kyverno_runtime_report::Finding {
+                policy: "rbac-policy".into(),
+                policy_uid: policy_uid.clone(),
+                behavior: kyverno_runtime_report::Behavior::Exec,
+                pod: pod.clone(),
+                target: "/usr/bin/curl".into(),
+                enforced: true,
+                decision: None,
+                count: 1,
+                first_observed: now,
+                last_observed: now,
+                process: None,
+            });
+        }
+        // A flush outside `run`: the policy's roll-up setting is read with
+        // a get (no watch yet), each pod's owners are verified, and the
+        // controllers' Reports are written.
+        let flushed = reporter.flush().await;
+        let mut written: Vec<&str> = flushed.outcomes.iter().map(|o| o.report.as_str()).collect();
+        written.sort_unstable();
+        let mut want = [
+            controller_report_name(K::Deployment, "rbac-deploy"),
+            controller_report_name(K::StatefulSet, "rbac-sts"),
+            controller_report_name(K::DaemonSet, "rbac-ds"),
+            controller_report_name(K::CronJob, "rbac-cron"),
+        ];
+        want.sort_unstable();
+        assert_eq!(written, want, "{flushed:?}");
+        for outcome in &flushed.outcomes {
+            assert!(outcome.result.is_ok(), "{outcome:?}");
+        }
+        // `run`: the policy watch, and once it has listed the policies the
+        // sweep for results of deleted ones (a list of Reports).
+        let before = audit_lines();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(reporter.run(async {
+            let _ = stopped.await;
+        }));
+        let mut swept = false;
+        for _ in 0..150 {
+            swept = audit_since(before)
+                .iter()
+                .any(|e| e["verb"] == "list" && e["objectRef"]["resource"] == "reports");
+            if swept {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(swept, "the reporter never listed Reports");
+        stop.send(()).unwrap();
+        run.await.unwrap();
+        assert_eq!(handle.dropped(), 0);
+    });
+}
+
+fn uid_of_policy(cluster: &LocalCluster, name: &str) -> String {
+    get_json(cluster, &["rpol", name]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 fn start_daemon(kubeconfig: &Path, pins: &Path) -> Daemon {
     Daemon::start(
         &[
@@ -213,6 +440,8 @@ fn the_chart_role_is_exactly_enough() {
     std::thread::sleep(Duration::from_secs(3));
     let (status, _, log) = daemon.terminate(Duration::from_secs(15));
     assert!(status.success(), "{}", log.join("\n"));
+    let pods = controlled_pods(cluster);
+    run_reporter(cluster, &kubeconfig, &pods);
     // The audit backend writes asynchronously; give it a moment.
     std::thread::sleep(Duration::from_secs(1));
     let entries = audit_since(before);
@@ -227,6 +456,18 @@ fn the_chart_role_is_exactly_enough() {
         ("watch", "daemonsets"),
         ("get", "runtimepolicies/status"),
         ("update", "runtimepolicies/status"),
+        // The reporter's controller roll-up.
+        ("get", "pods"),
+        ("get", "replicasets"),
+        ("get", "deployments"),
+        ("get", "statefulsets"),
+        ("get", "daemonsets"),
+        ("get", "jobs"),
+        ("get", "cronjobs"),
+        ("get", "runtimepolicies"),
+        ("list", "reports"),
+        ("get", "reports"),
+        ("create", "reports"),
     ] {
         assert!(
             t.keys().any(|(v, r)| v == needed.0 && r == needed.1),

@@ -29,6 +29,8 @@ pub enum DropReason {
     write_failed,
     /// Findings still unwritten when the shutdown deadline passed.
     shutdown,
+    /// Findings of a policy deleted before they were written.
+    policy_deleted,
 }
 
 /// Why an event source failed (`source_failures_total{reason}`).

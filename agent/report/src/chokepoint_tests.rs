@@ -8,7 +8,9 @@
 //! Widen these tests deliberately; never loosen them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::merge::{desired_report, PodKey};
+use crate::autogen::ControllerKind;
+use crate::merge::{desired_controller_report, desired_pod_report, desired_report, PodKey, Rollup};
+use crate::owners::Controller;
 use crate::{property, report_result, Behavior, Decision, Finding, PodIdentity, Process};
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -137,6 +139,54 @@ fn the_written_report_carries_no_secret() {
     let merged = desired_report(None, &pod, &findings, 500);
     let json = serde_json::to_string(&merged.report).unwrap();
     assert!(!json.contains(SECRET), "{json}");
+}
+
+#[test]
+fn a_controller_report_carries_no_secret_and_only_closed_keys() {
+    // The controller's identity comes from the API, not from the finding;
+    // every string of the finding reaches the result through its
+    // redaction, and the pods listed come from redacted findings.
+    let controller = Controller {
+        kind: ControllerKind::Deployment,
+        namespace: "shop".into(),
+        name: "web".into(),
+        uid: "dddddddd-0000-0000-0000-000000000000".into(),
+    };
+    for behavior in Behavior::ALL {
+        let mut f = secret_finding();
+        f.behavior = behavior;
+        let redacted = f.redact();
+        let rollups = BTreeMap::from([(
+            redacted.rollup_fingerprint(&controller),
+            Rollup::new(redacted),
+        )]);
+        let merged = desired_controller_report(None, &controller, &rollups, &|_, _| false, 500);
+        let json = serde_json::to_string(&merged.report).unwrap();
+        assert!(!json.contains(SECRET), "{behavior}: {json}");
+        for result in merged.report.spec.results.as_ref().unwrap() {
+            for (key, value) in result.properties.as_ref().unwrap() {
+                assert!(property::ALL.contains(&key.as_str()), "{key}");
+                assert!(value.chars().count() <= crate::MAX_CHARS, "{key}");
+            }
+            assert_eq!(result.resources.as_ref().unwrap().len(), 1);
+        }
+    }
+}
+
+#[test]
+fn a_marked_pod_result_keeps_to_the_closed_keys() {
+    for mark in [Some(true), Some(false), None] {
+        let redacted = secret_finding().redact();
+        let pod = PodKey::of(&redacted);
+        let findings = BTreeMap::from([(redacted.fingerprint(), redacted)]);
+        let merged = desired_pod_report(None, &pod, &findings, 500, mark);
+        let json = serde_json::to_string(&merged.report).unwrap();
+        assert!(!json.contains(SECRET), "{json}");
+        let result = &merged.report.spec.results.as_ref().unwrap()[0];
+        for key in result.properties.as_ref().unwrap().keys() {
+            assert!(property::ALL.contains(&key.as_str()), "{key}");
+        }
+    }
 }
 
 #[test]

@@ -47,11 +47,18 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Conflicts { .. } => true,
-            Error::Api {
-                source: kube::Error::Api(status),
-                ..
-            } => !matches!(status.code, 400 | 403 | 404 | 405 | 410 | 413 | 415 | 422),
-            Error::Api { .. } => true,
+            Error::Api { source, .. } => is_retryable(source),
         }
+    }
+}
+
+/// Whether a request that failed with `e` may succeed if repeated: not a
+/// refusal that repeating cannot change (see [`Error::is_retryable`]).
+pub(crate) fn is_retryable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => {
+            !matches!(status.code, 400 | 403 | 404 | 405 | 410 | 413 | 415 | 422)
+        }
+        _ => true,
     }
 }

@@ -6,6 +6,7 @@
 //! sink can emit is one of the fields below, and [`Finding::redact`] passes
 //! each of them through [`sanitize`].
 
+use crate::owners::Controller;
 use crate::sanitize::sanitize;
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -289,6 +290,26 @@ impl Finding {
         ])
     }
 
+    /// The identity of this finding's result on a controller's Report: the
+    /// policy name, the behavior, the controller (namespace, kind, name,
+    /// uid) and the target, so the findings of every pod of the controller
+    /// meet in one result. For a finding known to be redacted, as
+    /// [`fingerprint_of_redacted`](Self::fingerprint_of_redacted).
+    pub(crate) fn rollup_fingerprint(&self, controller: &Controller) -> Fingerprint {
+        Fingerprint::tagged(
+            b"kyverno-runtime controller result v1\0",
+            [
+                self.policy.as_str(),
+                self.behavior.as_str(),
+                &controller.namespace,
+                controller.kind.as_str(),
+                &controller.name,
+                &controller.uid,
+                &self.target,
+            ],
+        )
+    }
+
     /// Every string field passed through [`sanitize`]: what a sink other
     /// than the Report (the push stream, an Event) must send instead of
     /// the finding itself.
@@ -394,8 +415,15 @@ impl Fingerprint {
     /// behind a version tag so a future change of parts cannot collide
     /// with today's digests.
     fn over<'a>(parts: impl IntoIterator<Item = &'a str>) -> Fingerprint {
+        Fingerprint::tagged(b"kyverno-runtime finding v1\0", parts)
+    }
+
+    /// [`over`](Self::over) behind another tag, for another kind of
+    /// identity (a controller's result), so no such digest can equal a
+    /// finding's.
+    fn tagged<'a>(tag: &[u8], parts: impl IntoIterator<Item = &'a str>) -> Fingerprint {
         let mut hash = Sha256::new();
-        hash.update(b"kyverno-runtime finding v1\0");
+        hash.update(tag);
         for part in parts {
             hash.update((part.len() as u64).to_le_bytes());
             hash.update(part.as_bytes());

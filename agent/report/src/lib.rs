@@ -25,24 +25,39 @@
 //!   [`TRUNCATED_ANNOTATION`] counting what was cut, and not written at
 //!   all when nothing changed. It flushes once more on shutdown, on its
 //!   own deadline.
+//! - **Controller roll-up** (Kyverno's autogen idea): a finding from a pod
+//!   whose controller chain verifies through the API goes instead to one
+//!   Report per controller ([`controller_report_name`], owned by the
+//!   controller), whose results add up every pod's counts and list the
+//!   pods they were seen on, when the policy's [`AUTOGEN_ANNOTATION`]
+//!   ([`Autogen`]) allows that [`ControllerKind`]. A pod claiming an owner
+//!   it does not have keeps its findings, marked
+//!   [`property::OWNER_VERIFIED`] `false`. A deleted policy's results are
+//!   removed from the Reports holding them.
 
+mod autogen;
 mod error;
 mod finding;
 mod merge;
 mod name;
+mod owners;
+mod policies;
 mod reporter;
 mod result;
 mod sanitize;
 
+pub use autogen::{Autogen, ControllerKind, AUTOGEN_ANNOTATION};
 pub use error::{Error, Result};
 pub use finding::{Behavior, Decision, Finding, Fingerprint, PodIdentity, Process};
-pub use merge::{MANAGED_BY, MANAGED_BY_LABEL, TRUNCATED_ANNOTATION};
-pub use name::{report_name, MAX_REPORT_NAME_LEN, REPORT_NAME_PREFIX};
+pub use merge::{
+    policy_label, MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL_PREFIX, TRUNCATED_ANNOTATION,
+};
+pub use name::{controller_report_name, report_name, MAX_REPORT_NAME_LEN, REPORT_NAME_PREFIX};
 pub use reporter::{
     DropHook, DropReason, FlushHook, Flushed, PodOutcome, Reporter, ReporterHandle,
     ReporterOptions, WriteHook, WriteResult,
 };
-pub use result::{outcome, pod_reference, property, report_result, SOURCE};
+pub use result::{outcome, pod_reference, property, report_result, MAX_PODS_LISTED, SOURCE};
 pub use sanitize::{sanitize, sanitize_argv, MASK, MAX_CHARS, PRE_CUT_CHARS};
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
-//! The name of a pod's Report: `kyverno-runtime-<podName>`.
+//! The name of a pod's Report (`kyverno-runtime-<podName>`) and of a
+//! controller's (`kyverno-runtime-<kind>.<name>`).
 
+use crate::autogen::ControllerKind;
 use sha2::{Digest, Sha256};
 
 /// What every Report name starts with.
@@ -25,20 +27,55 @@ const HASH_LEN: usize = 8;
 /// and a dash (`a.b`, `a-b`) on two Reports; it is computed from the pod
 /// name alone, so the name is the same on every flush and every node.
 pub fn report_name(pod_name: &str) -> String {
-    let mapped: String = pod_name
-        .chars()
+    let mapped = map_to_label(pod_name);
+    let altered = mapped != pod_name;
+    bounded(format!("{REPORT_NAME_PREFIX}{mapped}"), altered, pod_name)
+}
+
+/// The Report name for a controller's roll-up:
+/// `kyverno-runtime-<kind>.<name>` (`kyverno-runtime-deployment.web`),
+/// shortened and hash-suffixed as [`report_name`] does when it would be
+/// longer than 63 characters or the name had to be mapped.
+///
+/// The dot is what keeps it apart from every pod's Report: a pod Report's
+/// name never has one (pod names are mapped to `[a-z0-9-]`), so a pod
+/// named `deployment-web` cannot take the Deployment `web`'s Report. The
+/// shortened form keeps the dot too: the kind and the dot come first and
+/// are never cut. The hash is over the kind and the name, so the same
+/// controller gets the same name on every node.
+pub fn controller_report_name(kind: ControllerKind, name: &str) -> String {
+    let mapped = map_to_label(name);
+    let altered = mapped != name;
+    let kind_lower = kind.as_str().to_ascii_lowercase();
+    bounded(
+        format!("{REPORT_NAME_PREFIX}{kind_lower}.{mapped}"),
+        altered,
+        &format!("{}/{name}", kind.as_str()),
+    )
+}
+
+/// `name` mapped to `[a-z0-9-]`: lowercase kept, uppercase lowered, the
+/// rest (dots included) a dash.
+fn map_to_label(name: &str) -> String {
+    name.chars()
         .map(|c| match c {
             'a'..='z' | '0'..='9' | '-' => c,
             'A'..='Z' => c.to_ascii_lowercase(),
             _ => '-',
         })
-        .collect();
-    let full = format!("{REPORT_NAME_PREFIX}{mapped}");
-    let altered = mapped != pod_name;
-    if !altered && full.len() <= MAX_REPORT_NAME_LEN && full.ends_with(|c: char| c != '-') {
+        .collect()
+}
+
+/// `full` if it can stand as is; otherwise cut to leave room for `-` and
+/// 8 hex digits of `hashed`'s SHA-256, and suffixed with them.
+fn bounded(full: String, altered: bool, hashed: &str) -> String {
+    if !altered
+        && full.len() <= MAX_REPORT_NAME_LEN
+        && full.ends_with(|c: char| c.is_ascii_alphanumeric())
+    {
         return full;
     }
-    let digest = Sha256::digest(pod_name.as_bytes());
+    let digest = Sha256::digest(hashed.as_bytes());
     let hash: String = digest
         .iter()
         .take(HASH_LEN / 2)
@@ -50,7 +87,7 @@ pub fn report_name(pod_name: &str) -> String {
     let head = full
         .get(..room.min(full.len()))
         .unwrap_or(REPORT_NAME_PREFIX);
-    let head = head.trim_end_matches('-');
+    let head = head.trim_end_matches(['-', '.']);
     format!("{head}-{hash}")
 }
 
@@ -58,7 +95,7 @@ pub fn report_name(pod_name: &str) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::finding::is_dns1123_label;
+    use crate::finding::{is_dns1123_label, is_dns1123_subdomain};
 
     #[test]
     fn short_names_are_kept() {
@@ -112,5 +149,75 @@ mod tests {
         let name = report_name(&pod);
         assert!(!name.contains("--"), "{name}");
         assert!(is_dns1123_label(&name));
+    }
+
+    #[test]
+    fn controller_reports_are_named_by_kind_and_name() {
+        assert_eq!(
+            controller_report_name(ControllerKind::Deployment, "web"),
+            "kyverno-runtime-deployment.web"
+        );
+        assert_eq!(
+            controller_report_name(ControllerKind::CronJob, "nightly"),
+            "kyverno-runtime-cronjob.nightly"
+        );
+        // Kinds tell apart controllers of the same name.
+        assert_ne!(
+            controller_report_name(ControllerKind::Job, "x"),
+            controller_report_name(ControllerKind::CronJob, "x")
+        );
+    }
+
+    #[test]
+    fn a_pod_report_never_takes_a_controller_report_name() {
+        for (kind, name) in [
+            (ControllerKind::Deployment, "web"),
+            (ControllerKind::StatefulSet, &"s".repeat(70)),
+            (ControllerKind::Job, "a.b"),
+        ] {
+            let controller = controller_report_name(kind, name);
+            assert!(controller.contains('.'), "{controller}");
+            // The pod whose name spells out the controller's Report.
+            let lookalike = format!("{}-{name}", kind.as_str().to_ascii_lowercase());
+            assert!(!report_name(&lookalike).contains('.'));
+            assert!(!report_name(&format!("{}.{name}", kind.as_str())).contains('.'));
+        }
+    }
+
+    #[test]
+    fn long_and_dotted_controller_names_are_hashed_and_keep_the_kind() {
+        let long = "a".repeat(80);
+        let name = controller_report_name(ControllerKind::StatefulSet, &long);
+        assert_eq!(name.len(), 63, "{name}");
+        assert!(
+            name.starts_with("kyverno-runtime-statefulset.aaaa"),
+            "{name}"
+        );
+        assert_ne!(
+            name,
+            controller_report_name(ControllerKind::StatefulSet, &"a".repeat(81))
+        );
+        assert_ne!(
+            name,
+            controller_report_name(ControllerKind::DaemonSet, &long)[..],
+            "the hash covers the kind"
+        );
+        let dotted = controller_report_name(ControllerKind::Deployment, "web.v1");
+        assert!(
+            dotted.starts_with("kyverno-runtime-deployment.web-v1-"),
+            "{dotted}"
+        );
+        assert_ne!(
+            dotted,
+            controller_report_name(ControllerKind::Deployment, "web-v1")
+        );
+        for n in [long.as_str(), "web.v1", "x", &"ab.".repeat(80)] {
+            for kind in ControllerKind::ALL {
+                let name = controller_report_name(kind, n);
+                assert!(name.len() <= MAX_REPORT_NAME_LEN, "{name}");
+                assert!(is_dns1123_subdomain(&name), "{name}");
+                assert!(!name.contains("-.") && !name.contains(".-"), "{name}");
+            }
+        }
     }
 }

@@ -1,13 +1,34 @@
-//! The reporter: findings in, one OpenReports Report per pod out.
+//! The reporter: findings in, OpenReports Reports out, one per pod or,
+//! rolled up, one per controller.
 //!
 //! [`ReporterHandle::submit`] never blocks: it redacts the finding and
 //! folds it into a buffer keyed by fingerprint, under a lock held only for
 //! a map operation. [`Reporter::run`] flushes the buffer every interval
-//! and once more on shutdown. A flush groups the findings by pod and, per
-//! pod, reads the stored Report, merges, skips the write if nothing
+//! and once more on shutdown. A flush groups the findings by pod and
+//! decides where each goes:
+//!
+//! - a pod that names no owner keeps its findings on its own Report;
+//! - otherwise its controller chain is verified through the API (see
+//!   `owners`), and a finding whose policy's
+//!   `pod-policies.kyverno.io/autogen-controllers` (see [`Autogen`]) allows
+//!   one of the verified controllers goes to the top-most such
+//!   controller's Report (a CronJob's rather than its Job's), and is not
+//!   repeated on the pod's; the rest stay on the pod's Report, marked with
+//!   whether the owner verified ([`property::OWNER_VERIFIED`](crate::property::OWNER_VERIFIED)).
+//!
+//! Per Report it reads what is stored, merges, skips the write if nothing
 //! changed, and otherwise creates or replaces it with the resourceVersion
 //! it read, starting over from a fresh read when another writer got there
-//! first (a 409).
+//! first (a 409). That is what makes a controller's Report, which every
+//! node with one of its pods writes, add up exactly.
+//!
+//! Next to the flush loop, `run` watches RuntimePolicies (metadata only)
+//! for their roll-up settings, and removes a deleted policy's results from
+//! the Reports holding them (found by their
+//! [`POLICY_LABEL_PREFIX`](crate::POLICY_LABEL_PREFIX) label): at once
+//! when the watch sees the deletion (after a delay spread over the nodes,
+//! so one node does the work and the others find nothing left), and once
+//! at start for policies deleted while no daemon ran.
 //!
 //! Nothing is lost silently. The buffer is bounded (`max_buffered`
 //! distinct fingerprints); what does not fit, what has no pod to report on,
@@ -27,13 +48,20 @@
 //! applied whose response never arrived: its findings are kept and counted
 //! again on the next flush. An over-count was preferred to a loss.
 
-use crate::error::{Error, Result};
-use crate::finding::{Finding, Fingerprint};
-use crate::merge::{desired_report, PodKey};
-use crate::name::report_name;
+mod cleanup;
+
+use crate::autogen::Autogen;
+use crate::error::{is_retryable, Error, Result};
+use crate::finding::{is_dns1123_subdomain, Finding, Fingerprint};
+use crate::merge::{
+    desired_controller_report, desired_pod_report, Merged, PodKey, Rollup, Subject,
+};
+use crate::owners::{self, Chain, Controller, Owners};
+use crate::policies::{Policies, PolicyState};
+use crate::sanitize::sanitize;
 use kube::api::{Api, PostParams};
 use kyverno_runtime_api::openreports::Report;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,6 +81,9 @@ pub enum DropReason {
     /// Submitted after the reporter stopped, or still unwritten when the
     /// final flush ran out of time.
     Shutdown,
+    /// The finding's policy was deleted before it was written: writing it
+    /// would put back results the cleanup removes.
+    PolicyDeleted,
 }
 
 impl DropReason {
@@ -63,6 +94,7 @@ impl DropReason {
             DropReason::Unattributed => "unattributed",
             DropReason::WriteFailed => "write_failed",
             DropReason::Shutdown => "shutdown",
+            DropReason::PolicyDeleted => "policy_deleted",
         }
     }
 }
@@ -143,6 +175,18 @@ pub struct ReporterOptions {
     /// occurrences it gained since (possibly 0), so what the hook adds up
     /// is what happened, not how often a write failed.
     pub on_flush: Option<FlushHook>,
+    /// The node this reporter runs on: where in `cleanup_spread` its
+    /// cleanup of a deleted policy's results starts.
+    pub node: String,
+    /// The cleanup after a policy's deletion starts at a delay between
+    /// zero and this (30 s), the same for a node every time and spread
+    /// over the nodes, so the first node does the work and the others find
+    /// nothing left to do.
+    pub cleanup_spread: Duration,
+    /// How long the owner lookups that verify a pod's controller chain,
+    /// and a policy's roll-up setting read outside the watch, are cached
+    /// (30 s).
+    pub lookup_ttl: Duration,
 }
 
 impl Default for ReporterOptions {
@@ -156,6 +200,9 @@ impl Default for ReporterOptions {
             on_drop: None,
             on_write: None,
             on_flush: None,
+            node: String::new(),
+            cleanup_spread: Duration::from_secs(30),
+            lookup_ttl: Duration::from_secs(30),
         }
     }
 }
@@ -171,25 +218,30 @@ impl fmt::Debug for ReporterOptions {
             .field("on_drop", &self.on_drop.is_some())
             .field("on_write", &self.on_write.is_some())
             .field("on_flush", &self.on_flush.is_some())
+            .field("node", &self.node)
+            .field("cleanup_spread", &self.cleanup_spread)
+            .field("lookup_ttl", &self.lookup_ttl)
             .finish()
     }
 }
 
-/// What one flush did, per pod.
+/// What one flush did, per Report.
 #[derive(Debug, Default)]
 pub struct Flushed {
-    /// One entry per pod that had findings, in namespace/name order.
+    /// One entry per Report that had findings: pods' in namespace/name
+    /// order, then controllers'.
     pub outcomes: Vec<PodOutcome>,
 }
 
-/// How one pod's Report fared in a flush.
+/// How one Report (a pod's or a controller's) fared in a flush.
 #[derive(Debug)]
 pub struct PodOutcome {
-    /// The pod's (and the Report's) namespace.
+    /// The Report's namespace (its pod's or controller's).
     pub namespace: String,
     /// The Report's name.
     pub report: String,
-    /// Distinct findings this flush had for the pod.
+    /// Distinct findings this flush had for the Report (for a
+    /// controller's, the findings of all its pods).
     pub findings: usize,
     /// The final outcome of the write (`Created`, `Updated`, `Unchanged`),
     /// or why it failed.
@@ -273,11 +325,20 @@ impl Shared {
     /// Puts findings that could not be written back for the next flush: at
     /// most `max_results` per pod, the most recent, and only as many
     /// distinct findings as the buffer holds.
+    ///
+    /// The cap is per pod whatever the groups are: a controller's group
+    /// holds the findings of many pods, which fold into fewer results.
     fn requeue(&self, groups: impl IntoIterator<Item = BTreeMap<Fingerprint, Finding>>) {
+        let mut by_pod: BTreeMap<PodKey, Vec<(Fingerprint, Finding)>> = BTreeMap::new();
+        for (fingerprint, finding) in groups.into_iter().flatten() {
+            by_pod
+                .entry(PodKey::of(&finding))
+                .or_default()
+                .push((fingerprint, finding));
+        }
         let mut over_cap = 0u64;
         let mut keep = Vec::new();
-        for group in groups {
-            let mut group: Vec<(Fingerprint, Finding)> = group.into_iter().collect();
+        for mut group in by_pod.into_values() {
             if group.len() > self.max_results {
                 group.sort_by_key(|(_, f)| std::cmp::Reverse(f.last_observed));
                 over_cap += (group.len() - self.max_results) as u64;
@@ -329,18 +390,92 @@ fn insert(
     }
 }
 
-/// The findings a flush took and has not settled yet: put back into the
-/// buffer when dropped, so a cancelled flush loses nothing.
+/// Which Report a group of findings is written to.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Dest {
+    Pod(PodKey),
+    Controller(Controller),
+}
+
+/// The findings a flush took and has not settled yet, by destination:
+/// put back into the buffer when dropped, so a cancelled flush loses
+/// nothing.
 struct Pending<'a> {
     shared: &'a Shared,
-    pods: BTreeMap<PodKey, BTreeMap<Fingerprint, Finding>>,
+    groups: BTreeMap<Dest, BTreeMap<Fingerprint, Finding>>,
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        let pods = std::mem::take(&mut self.pods);
-        if !pods.is_empty() {
-            self.shared.requeue(pods.into_values());
+        let groups = std::mem::take(&mut self.groups);
+        if !groups.is_empty() {
+            self.shared.requeue(groups.into_values());
+        }
+    }
+}
+
+/// Where a pod's findings go, from its verified owners.
+#[derive(Debug)]
+enum Route {
+    /// The pod's own Report, with its
+    /// [`property::OWNER_VERIFIED`](crate::property::OWNER_VERIFIED) mark.
+    Pod(Option<bool>),
+    /// Its verified controllers, nearest first: each finding goes to the
+    /// top-most one its policy rolls up to, else stays on the pod's Report
+    /// (marked verified).
+    Controllers(Vec<Controller>),
+    /// The API failed in a way worth retrying: keep the findings for the
+    /// next flush rather than put them on the wrong Report.
+    Retry,
+}
+
+/// What a flush knows about a policy of a rolled-up finding.
+#[derive(Debug)]
+enum Setting {
+    Live(Autogen),
+    Deleted,
+    Retry,
+}
+
+/// The pods a writer has counted for each controller result: a pod that
+/// has fallen off the result's listed pods is still not counted twice.
+/// Bounded; when full it starts over, so the count can then over-count a
+/// pod that is no longer listed (never under-count).
+#[derive(Default)]
+struct Counted {
+    pods: HashMap<Fingerprint, HashSet<String>>,
+    entries: usize,
+}
+
+/// At most this many (result, pod) pairs are remembered (a few MB).
+const MAX_COUNTED: usize = 100_000;
+
+impl Counted {
+    fn contains(&self, fingerprint: &Fingerprint, uid: &str) -> bool {
+        self.pods
+            .get(fingerprint)
+            .is_some_and(|pods| pods.contains(uid))
+    }
+
+    fn record(&mut self, rollups: &BTreeMap<Fingerprint, Rollup>) {
+        let new: usize = rollups
+            .iter()
+            .map(|(fp, r)| r.seen().filter(|(uid, _)| !self.contains(fp, uid)).count())
+            .sum();
+        if self.entries + new > MAX_COUNTED {
+            tracing::warn!(
+                entries = self.entries,
+                "too many counted (result, pod) pairs to remember; starting over (a pod no longer listed on a controller's result may be counted again)"
+            );
+            *self = Counted::default();
+        }
+        for (fp, rollup) in rollups {
+            let pods = self.pods.entry(*fp).or_default();
+            for (uid, _) in rollup.seen() {
+                if pods.insert(uid.clone()) {
+                    self.entries += 1;
+                }
+            }
         }
     }
 }
@@ -384,7 +519,8 @@ impl fmt::Debug for ReporterHandle {
     }
 }
 
-/// Writes buffered findings into one OpenReports Report per pod.
+/// Writes buffered findings into OpenReports Reports: one per pod, or one
+/// per controller for the findings its policy rolls up.
 pub struct Reporter {
     client: kube::Client,
     shared: Arc<Shared>,
@@ -393,11 +529,19 @@ pub struct Reporter {
     max_write_attempts: u32,
     on_write: Option<WriteHook>,
     on_flush: Option<FlushHook>,
+    owners: Owners,
+    policies: Policies,
+    counted: Mutex<Counted>,
+    node: String,
+    cleanup_spread: Duration,
 }
 
 impl Reporter {
-    /// A reporter writing through `client` (which needs get, create and
-    /// update on `reports.openreports.io` in the pods' namespaces).
+    /// A reporter writing through `client`, which needs get, create,
+    /// update and list on `reports.openreports.io`; get on pods,
+    /// replicasets, deployments, statefulsets, daemonsets, jobs and
+    /// cronjobs (verifying owners); and get, list and watch on
+    /// runtimepolicies (their roll-up settings).
     pub fn new(client: kube::Client, options: ReporterOptions) -> Self {
         let ReporterOptions {
             interval,
@@ -408,8 +552,16 @@ impl Reporter {
             on_drop,
             on_write,
             on_flush,
+            node,
+            cleanup_spread,
+            lookup_ttl,
         } = options;
         Reporter {
+            owners: Owners::new(client.clone(), lookup_ttl, 20_000),
+            policies: Policies::new(client.clone(), lookup_ttl),
+            counted: Mutex::new(Counted::default()),
+            node,
+            cleanup_spread,
             client,
             shared: Arc::new(Shared {
                 buffer: Mutex::new(HashMap::new()),
@@ -441,6 +593,8 @@ impl Reporter {
     /// Flushes every interval until `shutdown` completes, then once more
     /// within `shutdown_deadline`, so the last window is not lost on a
     /// rollout. The first flush comes one interval after the start.
+    /// Meanwhile it watches RuntimePolicies for their roll-up settings and
+    /// removes the results of deleted ones (see the module docs).
     ///
     /// A flush in progress when `shutdown` completes is abandoned (its
     /// unwritten findings go back to the buffer) and the final flush starts
@@ -449,6 +603,26 @@ impl Reporter {
     /// flush is counted as dropped ([`DropReason::Shutdown`]), and so is
     /// anything submitted afterwards.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let (cleanup_tx, cleanup_rx) = tokio::sync::mpsc::unbounded_channel();
+        // Neither of these ends on its own; should one, the flush loop
+        // still runs to shutdown.
+        let watch = async {
+            self.policies.watch(cleanup_tx).await;
+            std::future::pending::<()>().await;
+        };
+        let cleanup = async {
+            self.cleanup_loop(cleanup_rx).await;
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            biased;
+            () = self.flush_loop(shutdown) => {}
+            () = watch => {}
+            () = cleanup => {}
+        }
+    }
+
+    async fn flush_loop(&self, shutdown: impl Future<Output = ()>) {
         let start = tokio::time::Instant::now() + self.interval;
         let mut ticks = tokio::time::interval_at(start, self.interval);
         // A flush slower than the interval delays the next one instead of
@@ -486,39 +660,61 @@ impl Reporter {
         self.shared.drop_findings(DropReason::Shutdown, left);
     }
 
-    /// Writes every buffered finding now, one Report per pod. A pod whose
-    /// write fails does not stop the others; see [`Flushed`] for what
-    /// happened to each. Every finding is handed to the `on_flush` hook
-    /// first.
+    /// Writes every buffered finding now, to its pod's or its controller's
+    /// Report. A Report whose write fails does not stop the others; see
+    /// [`Flushed`] for what happened to each. Every finding is handed to
+    /// the `on_flush` hook first.
     pub async fn flush(&self) -> Flushed {
         let mut pending = Pending {
             shared: &self.shared,
-            pods: BTreeMap::new(),
+            groups: BTreeMap::new(),
         };
         let taken = self.shared.take();
         let announced = self.shared.take_announced();
         for (fingerprint, finding) in taken {
             pending
-                .pods
-                .entry(PodKey::of(&finding))
+                .groups
+                .entry(Dest::Pod(PodKey::of(&finding)))
                 .or_default()
                 .insert(fingerprint, finding);
         }
         if let Some(hook) = &self.on_flush {
-            for (fingerprint, finding) in pending.pods.values().flatten() {
+            for (fingerprint, finding) in pending.groups.values().flatten() {
                 let seen = announced.get(fingerprint).copied().unwrap_or(0);
                 hook(finding, finding.count.saturating_sub(seen));
             }
         }
-        let pods: Vec<PodKey> = pending.pods.keys().cloned().collect();
+        self.drop_retired(&mut pending);
+        let (routes, settings) = self.route(&pending).await;
+        let marks = self.regroup(&mut pending, routes, &settings);
+        self.owners.prune();
+
+        let dests: Vec<Dest> = pending.groups.keys().cloned().collect();
         let mut flushed = Flushed::default();
-        for pod in pods {
-            let Some(findings) = pending.pods.get(&pod) else {
+        for dest in dests {
+            let Some(findings) = pending.groups.get(&dest) else {
                 continue;
             };
             let count = findings.len();
-            let result = self.write(&pod, findings).await;
-            let findings = pending.pods.remove(&pod).unwrap_or_default();
+            let (subject, result) = match &dest {
+                Dest::Pod(pod) => {
+                    let mark = marks.get(pod).copied().flatten();
+                    let max = self.shared.max_results;
+                    let result = self
+                        .write(Subject::Pod(pod), |stored| {
+                            desired_pod_report(stored, pod, findings, max, mark)
+                        })
+                        .await;
+                    (Subject::Pod(pod), result)
+                }
+                Dest::Controller(controller) => (
+                    Subject::Controller(controller),
+                    self.write_controller(controller, findings).await,
+                ),
+            };
+            let outcome_namespace = subject.namespace().to_string();
+            let outcome_report = subject.report_name();
+            let findings = pending.groups.remove(&dest).unwrap_or_default();
             match &result {
                 Ok(_) => {}
                 Err(e) if e.is_retryable() => {
@@ -532,13 +728,208 @@ impl Reporter {
                 }
             }
             flushed.outcomes.push(PodOutcome {
-                namespace: pod.namespace.clone(),
-                report: report_name(&pod.name),
+                namespace: outcome_namespace,
+                report: outcome_report,
                 findings: count,
                 result,
             });
         }
         flushed
+    }
+
+    /// Drops (and counts) the findings of policies known to be deleted.
+    fn drop_retired(&self, pending: &mut Pending<'_>) {
+        let mut dropped = 0u64;
+        for findings in pending.groups.values_mut() {
+            findings.retain(|_, f| {
+                let keep = !self.policies.is_retired(&f.policy_uid);
+                dropped += u64::from(!keep);
+                keep
+            });
+        }
+        pending.groups.retain(|_, findings| !findings.is_empty());
+        self.shared
+            .drop_findings(DropReason::PolicyDeleted, dropped);
+    }
+
+    /// Where each pod's findings go: its verified owners, and the roll-up
+    /// settings of the policies of those that may roll up. Pods whose
+    /// findings name no owner are not looked up (they stay on their
+    /// Report).
+    async fn route(
+        &self,
+        pending: &Pending<'_>,
+    ) -> (HashMap<PodKey, Route>, HashMap<String, Setting>) {
+        let mut routes = HashMap::new();
+        let mut wanted: BTreeMap<String, String> = BTreeMap::new();
+        for (dest, findings) in &pending.groups {
+            let Dest::Pod(pod) = dest else {
+                continue;
+            };
+            if findings.values().all(|f| f.pod.owner_kind.is_none()) {
+                continue;
+            }
+            let route = match owners::resolve(&self.owners, &pod.namespace, &pod.name, &pod.uid)
+                .await
+            {
+                Ok(Chain::NoOwner) => Route::Pod(None),
+                Ok(Chain::Unverified(why)) => {
+                    tracing::debug!(namespace = %pod.namespace, pod = %pod.name, reason = ?why, "the pod's claimed owner did not verify; its findings stay on its Report");
+                    Route::Pod(Some(false))
+                }
+                Ok(Chain::Verified(chain)) => {
+                    // What a Report can name as its scope: a controller
+                    // whose identity the chokepoint would alter is not
+                    // addressable (no real one is like that).
+                    let chain: Vec<Controller> = chain
+                        .into_iter()
+                        .filter(|c| {
+                            sanitize(&c.name) == c.name
+                                && sanitize(&c.uid) == c.uid
+                                && is_dns1123_subdomain(&c.name)
+                        })
+                        .collect();
+                    if chain.is_empty() {
+                        Route::Pod(Some(true))
+                    } else {
+                        for f in findings.values() {
+                            wanted.insert(f.policy_uid.clone(), f.policy.clone());
+                        }
+                        Route::Controllers(chain)
+                    }
+                }
+                Err(e) if is_retryable(&e) => {
+                    tracing::warn!(namespace = %pod.namespace, pod = %pod.name, error = %e, "could not read the pod's owners; keeping its findings for the next flush");
+                    Route::Retry
+                }
+                Err(e) => {
+                    tracing::warn!(namespace = %pod.namespace, pod = %pod.name, error = %e, "reading the pod's owners was refused; its findings stay on its Report, marked unverified (does the ClusterRole grant get on pods and their controllers?)");
+                    Route::Pod(Some(false))
+                }
+            };
+            routes.insert(pod.clone(), route);
+        }
+        let mut settings = HashMap::new();
+        for (uid, name) in wanted {
+            let setting = match self.policies.state(&name, &uid).await {
+                Ok(PolicyState::Live(autogen)) => Setting::Live(autogen),
+                Ok(PolicyState::Deleted) => Setting::Deleted,
+                Err(e) if is_retryable(&e) => {
+                    tracing::warn!(policy = %name, error = %e, "could not read the policy's roll-up setting; keeping its findings for the next flush");
+                    Setting::Retry
+                }
+                Err(e) => {
+                    tracing::warn!(policy = %name, error = %e, "reading the policy's roll-up setting was refused; rolling up to every controller, as without the annotation");
+                    Setting::Live(Autogen::all())
+                }
+            };
+            settings.insert(uid, setting);
+        }
+        (routes, settings)
+    }
+
+    /// Moves each pod's findings to their destinations per `routes`,
+    /// keeps the ones to retry for the next flush, drops those of deleted
+    /// policies, and returns the owner marks of the pods that keep
+    /// findings on their own Reports.
+    fn regroup(
+        &self,
+        pending: &mut Pending<'_>,
+        routes: HashMap<PodKey, Route>,
+        settings: &HashMap<String, Setting>,
+    ) -> HashMap<PodKey, Option<bool>> {
+        let mut marks = HashMap::new();
+        let mut retry = Vec::new();
+        let mut deleted = 0u64;
+        for (pod, route) in routes {
+            let Some(findings) = pending.groups.remove(&Dest::Pod(pod.clone())) else {
+                continue;
+            };
+            let chain = match route {
+                Route::Retry => {
+                    retry.push(findings);
+                    continue;
+                }
+                Route::Pod(mark) => {
+                    marks.insert(pod.clone(), mark);
+                    pending.groups.insert(Dest::Pod(pod), findings);
+                    continue;
+                }
+                Route::Controllers(chain) => chain,
+            };
+            marks.insert(pod.clone(), Some(true));
+            let mut later = BTreeMap::new();
+            for (fingerprint, finding) in findings {
+                let dest = match settings.get(&finding.policy_uid) {
+                    Some(Setting::Retry) => {
+                        later.insert(fingerprint, finding);
+                        continue;
+                    }
+                    Some(Setting::Deleted) => {
+                        deleted += 1;
+                        continue;
+                    }
+                    Some(Setting::Live(autogen)) => chain
+                        .iter()
+                        .rev()
+                        .find(|c| autogen.allows(c.kind))
+                        .map_or_else(|| Dest::Pod(pod.clone()), |c| Dest::Controller(c.clone())),
+                    None => Dest::Pod(pod.clone()),
+                };
+                pending
+                    .groups
+                    .entry(dest)
+                    .or_default()
+                    .insert(fingerprint, finding);
+            }
+            if !later.is_empty() {
+                retry.push(later);
+            }
+        }
+        if !retry.is_empty() {
+            self.shared.requeue(retry);
+        }
+        self.shared
+            .drop_findings(DropReason::PolicyDeleted, deleted);
+        marks
+    }
+
+    /// Merges the findings of a controller's pods into its Report.
+    async fn write_controller(
+        &self,
+        controller: &Controller,
+        findings: &BTreeMap<Fingerprint, Finding>,
+    ) -> Result<WriteResult> {
+        let mut rollups: BTreeMap<Fingerprint, Rollup> = BTreeMap::new();
+        for finding in findings.values() {
+            let fingerprint = finding.rollup_fingerprint(controller);
+            match rollups.get_mut(&fingerprint) {
+                Some(rollup) => rollup.add(finding.clone()),
+                None => {
+                    rollups.insert(fingerprint, Rollup::new(finding.clone()));
+                }
+            }
+        }
+        let max = self.shared.max_results;
+        let result = self
+            .write(Subject::Controller(controller), |stored| {
+                let counted = self.counted.lock().unwrap_or_else(PoisonError::into_inner);
+                desired_controller_report(
+                    stored,
+                    controller,
+                    &rollups,
+                    &|fp, uid| counted.contains(fp, uid),
+                    max,
+                )
+            })
+            .await;
+        if result.is_ok() {
+            self.counted
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .record(&rollups);
+        }
+        result
     }
 
     fn wrote(&self, result: WriteResult) {
@@ -547,17 +938,18 @@ impl Reporter {
         }
     }
 
-    /// Merges `findings` into the pod's Report, retrying lost races from a
+    /// Merges into a Report with `merge`, retrying lost races from a
     /// fresh read.
     async fn write(
         &self,
-        pod: &PodKey,
-        findings: &BTreeMap<Fingerprint, Finding>,
+        subject: Subject<'_>,
+        merge: impl Fn(Option<&Report>) -> Merged,
     ) -> Result<WriteResult> {
-        let api: Api<Report> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let name = report_name(&pod.name);
+        let namespace = subject.namespace();
+        let api: Api<Report> = Api::namespaced(self.client.clone(), namespace);
+        let name = subject.report_name();
         let api_err = |source| Error::Api {
-            namespace: pod.namespace.clone(),
+            namespace: namespace.to_string(),
             name: name.clone(),
             source,
         };
@@ -569,7 +961,7 @@ impl Reporter {
                     return Err(api_err(e));
                 }
             };
-            let merged = desired_report(stored.as_ref(), pod, findings, self.shared.max_results);
+            let merged = merge(stored.as_ref());
             if stored.as_ref() == Some(&merged.report) {
                 self.wrote(WriteResult::Unchanged);
                 return Ok(WriteResult::Unchanged);
@@ -587,7 +979,7 @@ impl Reporter {
             match written {
                 Ok(result) => {
                     if merged.dropped > 0 {
-                        tracing::info!(namespace = %pod.namespace, report = %name, dropped = merged.dropped, "Report at its result cap; dropped the oldest results");
+                        tracing::info!(%namespace, report = %name, dropped = merged.dropped, "Report at its result cap; dropped the oldest results");
                     }
                     self.wrote(result);
                     return Ok(result);
@@ -599,7 +991,7 @@ impl Reporter {
                 Err(kube::Error::Api(status))
                     if status.code == 409 || (status.code == 404 && stored.is_some()) =>
                 {
-                    tracing::debug!(namespace = %pod.namespace, report = %name, attempt, "Report write lost a race; retrying from a fresh read");
+                    tracing::debug!(%namespace, report = %name, attempt, "Report write lost a race; retrying from a fresh read");
                     self.wrote(WriteResult::Conflict);
                     tokio::time::sleep(backoff(&name, attempt)).await;
                 }
@@ -611,7 +1003,7 @@ impl Reporter {
         }
         self.wrote(WriteResult::Error);
         Err(Error::Conflicts {
-            namespace: pod.namespace.clone(),
+            namespace: namespace.to_string(),
             name,
             attempts: self.max_write_attempts,
         })
@@ -771,17 +1163,33 @@ mod tests {
     }
 
     #[test]
+    fn the_requeue_cap_is_per_pod_in_a_controllers_group() {
+        let (s, drops) = shared(100, 2);
+        // A controller's group: two findings each of three pods.
+        let mut group = BTreeMap::new();
+        for pod in ["a", "b", "c"] {
+            for target in ["/x", "/y"] {
+                let f = finding(pod, target, 1, 10, 10).redact();
+                group.insert(f.fingerprint(), f);
+            }
+        }
+        s.requeue([group]);
+        assert!(drops.lock().unwrap().is_empty());
+        assert_eq!(s.take().len(), 6);
+    }
+
+    #[test]
     fn a_dropped_pending_set_goes_back_to_the_buffer() {
         let (s, drops) = shared(100, 500);
         let f = finding("a", "/x", 4, 1, 1).redact();
         {
             let mut pending = Pending {
                 shared: &s,
-                pods: BTreeMap::new(),
+                groups: BTreeMap::new(),
             };
             pending
-                .pods
-                .entry(PodKey::of(&f))
+                .groups
+                .entry(Dest::Pod(PodKey::of(&f)))
                 .or_default()
                 .insert(f.fingerprint(), f.clone());
         }

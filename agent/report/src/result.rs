@@ -60,8 +60,18 @@ pub mod property {
     /// A traced exec's arguments, each sanitized, joined by spaces.
     pub const ARGV: &str = "argv";
 
+    /// On a pod's result, when the pod names an owner: `"true"` when its
+    /// controller chain was verified through the API (the finding stayed
+    /// on the pod because the policy does not roll up to that kind),
+    /// `"false"` when it was not (the owner does not exist with that uid,
+    /// does not select the pod, or is of a kind that is not resolved).
+    pub const OWNER_VERIFIED: &str = "ownerVerified";
+    /// On a controller's result: how many distinct pods it was seen on
+    /// (the result's `resources` list the most recent of them).
+    pub const POD_COUNT: &str = "podCount";
+
     /// Every key a result may carry.
-    pub const ALL: [&str; 16] = [
+    pub const ALL: [&str; 18] = [
         BEHAVIOR,
         TARGET,
         ENFORCED,
@@ -78,8 +88,14 @@ pub mod property {
         PID,
         COMM,
         ARGV,
+        OWNER_VERIFIED,
+        POD_COUNT,
     ];
 }
+
+/// How many pods a controller's result lists in `resources`, the most
+/// recently seen first; `podCount` has the exact number.
+pub const MAX_PODS_LISTED: usize = 10;
 
 /// How a finding is graded: `warn` for a DNS name outside the expected set
 /// (an advisory finding: there is no enforcing form of it), `fail` for
@@ -103,6 +119,12 @@ pub fn outcome(behavior: Behavior) -> PolicyResult {
 /// not: it is our own digest, 64 hex digits that `sanitize` would mask as
 /// key material.
 pub fn report_result(finding: &Finding) -> ReportResult {
+    pod_result(finding, None)
+}
+
+/// [`report_result`], with the pod's owner verification when it names an
+/// owner ([`property::OWNER_VERIFIED`]).
+pub(crate) fn pod_result(finding: &Finding, owner_verified: Option<bool>) -> ReportResult {
     let redacted = finding.clone().redact();
     let fingerprint = redacted.fingerprint_of_redacted();
     // Exhaustive: a field added to Finding must be decided here too.
@@ -162,6 +184,12 @@ pub fn report_result(finding: &Finding) -> ReportResult {
             text(property::ARGV, &argv.join(" "));
         }
     }
+    if let Some(verified) = owner_verified {
+        text(
+            property::OWNER_VERIFIED,
+            if verified { "true" } else { "false" },
+        );
+    }
     // Our own digest: hex, no user input, and masked by `sanitize` as if
     // it were a key.
     properties.insert(property::FINGERPRINT.to_string(), fingerprint.to_string());
@@ -178,6 +206,66 @@ pub fn report_result(finding: &Finding) -> ReportResult {
         properties: Some(properties),
         ..ReportResult::default()
     }
+}
+
+/// A controller's result for the findings of its pods: what
+/// [`report_result`] writes for one pod (from `finding`: the newest
+/// details, the summed `count` and the widened window), except that it is
+/// keyed by the controller's `fingerprint`, lists the pods it was seen on
+/// in `resources` (at most [`MAX_PODS_LISTED`], as given), and counts them
+/// all in [`property::POD_COUNT`]. The pod's owner properties are left
+/// out: the Report's scope is the owner, verified.
+///
+/// The same chokepoint as [`report_result`]: it starts from the finding's
+/// redaction and every text value passes through [`sanitize`]; the pods
+/// come from redacted findings.
+pub(crate) fn controller_result(
+    finding: &Finding,
+    fingerprint: Fingerprint,
+    pods: &[ObjectReference],
+    pod_count: u64,
+) -> ReportResult {
+    let mut result = pod_result(finding, None);
+    if let Some(properties) = result.properties.as_mut() {
+        properties.remove(property::OWNER_KIND);
+        properties.remove(property::OWNER_NAME);
+        properties.insert(property::POD_COUNT.to_string(), pod_count.to_string());
+        properties.insert(property::FINGERPRINT.to_string(), fingerprint.to_string());
+    }
+    result.resources = Some(
+        pods.iter()
+            .take(MAX_PODS_LISTED)
+            .map(|p| ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: p.namespace.as_deref().map(sanitize),
+                name: p.name.as_deref().map(sanitize),
+                uid: p.uid.as_deref().map(sanitize),
+                ..ObjectReference::default()
+            })
+            .collect(),
+    );
+    result
+}
+
+/// The pods a stored controller result lists, and how many it counts
+/// (the listed ones when `podCount` is absent or does not parse).
+pub(crate) fn stored_pods(result: &ReportResult) -> (Vec<ObjectReference>, u64) {
+    let pods: Vec<ObjectReference> = result
+        .resources
+        .iter()
+        .flatten()
+        .filter(|r| r.kind.as_deref() == Some("Pod") && r.uid.is_some())
+        .cloned()
+        .collect();
+    let count = result
+        .properties
+        .as_ref()
+        .and_then(|p| p.get(property::POD_COUNT))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(pods.len() as u64);
+    let listed = pods.len() as u64;
+    (pods, count.max(listed))
 }
 
 /// The human-readable line of a result.
@@ -206,9 +294,20 @@ pub fn pod_reference(pod: &PodIdentity) -> ObjectReference {
 }
 
 pub(crate) fn object_reference(namespace: &str, name: &str, uid: &str) -> ObjectReference {
+    typed_reference("v1", "Pod", namespace, name, uid)
+}
+
+/// A reference to an object of any kind.
+pub(crate) fn typed_reference(
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> ObjectReference {
     ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
+        api_version: Some(api_version.into()),
+        kind: Some(kind.into()),
         namespace: Some(namespace.into()),
         name: Some(name.into()),
         uid: Some(uid.into()),
@@ -317,6 +416,7 @@ fn system_time(t: Timestamp) -> SystemTime {
 }
 
 /// Rounds down to the whole second, as stored.
+#[cfg(test)]
 pub(crate) fn floor_second(t: SystemTime) -> SystemTime {
     from_epoch_seconds(epoch_seconds(t))
 }
@@ -459,6 +559,22 @@ mod tests {
             for key in props.keys() {
                 assert!(property::ALL.contains(&key.as_str()), "{key}");
             }
+        }
+        for mark in [true, false] {
+            let props = pod_result(&finding(Behavior::Exec, true), Some(mark))
+                .properties
+                .unwrap();
+            assert_eq!(props[property::OWNER_VERIFIED], mark.to_string());
+            for key in props.keys() {
+                assert!(property::ALL.contains(&key.as_str()), "{key}");
+            }
+        }
+        let f = finding(Behavior::Exec, true);
+        let controller = controller_result(&f, f.fingerprint(), &[pod_reference(&f.pod)], 7);
+        let props = controller.properties.unwrap();
+        assert_eq!(props[property::POD_COUNT], "7");
+        for key in props.keys() {
+            assert!(property::ALL.contains(&key.as_str()), "{key}");
         }
         let mut bare = finding(Behavior::Exec, true);
         bare.pod.container = None;

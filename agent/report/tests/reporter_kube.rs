@@ -23,96 +23,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(feature = "kube-tests")]
 
+mod common;
+
+use common::*;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, PostParams};
-use kyverno_runtime_api::openreports::{report_crd, Report, ReportResult};
+use kyverno_runtime_api::openreports::{Report, ReportResult};
 use kyverno_runtime_report::{
     property, Behavior, Decision, Finding, PodIdentity, Reporter, ReporterOptions, WriteResult,
     MANAGED_BY, MANAGED_BY_LABEL, TRUNCATED_ANNOTATION,
 };
-use kyverno_runtime_testkube::LocalCluster;
-use std::future::Future;
-use std::io::Write as _;
-use std::pin::Pin;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const NS: &str = "kyverno-runtime-report-test";
-
-/// The cluster, with the Report CRD applied and established.
-fn cluster() -> &'static LocalCluster {
-    static READY: OnceLock<()> = OnceLock::new();
-    let cluster = LocalCluster::get().expect("local control plane (ci/kube-up)");
-    READY.get_or_init(|| {
-        let yaml = kyverno_runtime_api::crd::to_yaml(&report_crd()).unwrap();
-        let mut child = cluster
-            .kubectl()
-            .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(yaml.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "apply CRD: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        cluster
-            .kubectl_ok(&[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd/reports.openreports.io",
-            ])
-            .unwrap();
-    });
-    cluster
-}
-
-async fn config() -> kube::Config {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&cluster().kubeconfig).unwrap();
-    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap()
-}
-
-async fn client() -> kube::Client {
-    kube::Client::try_from(config().await).unwrap()
-}
-
-/// A client whose next Report write first runs `interfere`'s action.
-async fn client_with(interfere: &Interfere) -> kube::Client {
-    kube::client::ClientBuilder::try_from(config().await)
-        .unwrap()
-        .with_layer(interfere)
-        .build()
-}
-
-fn ignore_not_found<T>(r: Result<T, kube::Error>) {
-    match r {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => panic!("{e}"),
-    }
-}
-
-fn ignore_conflict<T>(r: Result<T, kube::Error>) {
-    match r {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("{e}"),
-    }
-}
 
 /// A fresh Pod object (new uid) with no Report yet, in [`NS`].
 async fn fresh_pod(client: &kube::Client, name: &str) -> PodIdentity {
@@ -186,23 +110,6 @@ fn finding(pod: &PodIdentity, target: &str, count: u64, first: u64, last: u64) -
         first_observed: at(first),
         last_observed: at(last),
         process: None,
-    }
-}
-
-/// Records every write outcome the reporter reports.
-#[derive(Clone, Default)]
-struct Writes(Arc<Mutex<Vec<WriteResult>>>);
-
-impl Writes {
-    fn options(&self) -> ReporterOptions {
-        let seen = self.0.clone();
-        ReporterOptions {
-            on_write: Some(Arc::new(move |r| seen.lock().unwrap().push(r))),
-            ..ReporterOptions::default()
-        }
-    }
-    fn take(&self) -> Vec<WriteResult> {
-        std::mem::take(&mut *self.0.lock().unwrap())
     }
 }
 
@@ -311,84 +218,6 @@ async fn counts_add_up_across_flushes_and_nothing_new_writes_nothing() {
     let report = stored(&client, &pod).await;
     assert_eq!(report.metadata.resource_version, version);
     assert_eq!(handle.dropped(), 0);
-}
-
-/// A tower layer that runs a one-shot action before the next Report write
-/// (POST or PUT) its client sends.
-#[derive(Clone, Default)]
-struct Interfere {
-    next: Arc<Mutex<Option<Action>>>,
-}
-
-type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-enum Action {
-    /// Run this to completion, then send the write.
-    Before(BoxFuture),
-    /// Fail the write as if the connection had dropped.
-    Fail,
-}
-
-impl Interfere {
-    fn arm(&self, action: Action) {
-        *self.next.lock().unwrap() = Some(action);
-    }
-    fn is_armed(&self) -> bool {
-        self.next.lock().unwrap().is_some()
-    }
-}
-
-impl<S> tower::Layer<S> for Interfere {
-    type Service = InterfereService<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        InterfereService {
-            inner,
-            interfere: self.clone(),
-        }
-    }
-}
-
-struct InterfereService<S> {
-    inner: S,
-    interfere: Interfere,
-}
-
-impl<S, B> tower::Service<http::Request<B>> for InterfereService<S>
-where
-    S: tower::Service<http::Request<B>, Error = tower::BoxError>,
-    S::Future: Send + 'static,
-    S::Response: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = tower::BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, tower::BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let write = matches!(*req.method(), http::Method::POST | http::Method::PUT)
-            && req.uri().path().contains("/reports");
-        let action = if write {
-            self.interfere.next.lock().unwrap().take()
-        } else {
-            None
-        };
-        // The inner future sends nothing until it is polled, so the write
-        // leaves only after the action is done.
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            match action {
-                Some(Action::Fail) => Err("injected connection failure".into()),
-                Some(Action::Before(before)) => {
-                    before.await;
-                    fut.await
-                }
-                None => fut.await,
-            }
-        })
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

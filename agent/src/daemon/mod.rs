@@ -564,6 +564,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                         R::Unattributed => M::unattributed,
                         R::WriteFailed => M::write_failed,
                         R::Shutdown => M::shutdown,
+                        R::PolicyDeleted => M::policy_deleted,
                     };
                     m1.events_dropped("reporter", reason, n);
                 })),
@@ -578,6 +579,9 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                     }
                 })),
                 on_flush: recorder.as_ref().map(|r| r.handle().flush_sink()),
+                // Spreads the cleanup of a deleted policy's results over
+                // the nodes.
+                node: args.node_name.clone(),
                 ..Default::default()
             },
         )
