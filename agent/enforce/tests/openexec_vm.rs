@@ -44,6 +44,8 @@ const CHILD_REFUSED: u8 = 13;
 const CHILD_ERROR: u8 = 2;
 
 const WORK: &str = "/tmp/krt-openexec";
+/// Denied opens of the rate-limit case.
+const STORM: usize = 100_000;
 const PINS: &str = "/sys/fs/bpf/krt-openexec-test";
 
 fn main() -> ExitCode {
@@ -73,6 +75,14 @@ fn child(args: &[String]) -> ExitCode {
     }
     let result = match op.as_str() {
         "open" => fs::File::open(path).map(drop),
+        // `execve`: this process itself execs (no fork), so the attempt is
+        // made by the pid the parent knows.
+        "execve" => Err(Command::new(path).arg0("true").exec()),
+        // `open-storm`: STORM opens, each of which must be refused.
+        "open-storm" => (0..STORM)
+            .map(|_| fs::File::open(path).map(drop))
+            .find(|r| r.as_ref().err().and_then(std::io::Error::raw_os_error) != Some(libc_eperm()))
+            .unwrap_or_else(|| Err(std::io::Error::from_raw_os_error(libc_eperm()))),
         "exec" => exec_status(path).and_then(|ok| {
             if ok {
                 Ok(())
@@ -365,6 +375,18 @@ const CASES: &[(&str, Case)] = &[
         "restart_adopts_pins_and_leaves_no_stale_entries",
         restart_no_stale,
     ),
+    (
+        "a_refusal_is_recorded_once_per_attempt_with_pid_and_comm",
+        denial_records,
+    ),
+    (
+        "a_storm_of_refusals_is_rate_limited_and_every_one_counted",
+        denial_storm,
+    ),
+    (
+        "the_exec_tracer_reports_the_paths_the_exec_programs_resolved",
+        tracer_resolved_paths,
+    ),
 ];
 
 fn cases(only: Option<&str>) -> ExitCode {
@@ -645,6 +667,276 @@ fn monitor_counts(env: &Env) -> Result<(), String> {
             .any(|(_, o)| o.observed == file("secret")),
         "a second drain returned the same counts",
     );
+    x.finish()
+}
+
+/// The comm of a task running this binary.
+fn my_comm(env: &Env) -> String {
+    let name = env
+        .me
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    name.chars().take(15).collect()
+}
+
+/// Every record the reader has, waiting until `want` arrived or `wait`.
+fn denials(
+    reader: &mut kyverno_runtime_bpf::ring::RecordReader<openexec::Denial>,
+    want: usize,
+    wait: std::time::Duration,
+) -> Vec<openexec::Denial> {
+    let deadline = Instant::now() + wait;
+    let mut got = Vec::new();
+    loop {
+        got.extend(
+            reader
+                .poll(std::time::Duration::from_millis(100))
+                .unwrap_or_default(),
+        );
+        if got.len() >= want || Instant::now() > deadline {
+            return got;
+        }
+    }
+}
+
+fn denial_records(env: &Env) -> Result<(), String> {
+    let mut m = env.manager(None);
+    m.open_backend()
+        .set_denial_rate(1000)
+        .map_err(|e| format!("set_denial_rate: {e}"))?;
+    let mut reader = m
+        .open_backend()
+        .denial_reader()
+        .map_err(|e| format!("denial_reader: {e}"))?;
+    let a = env.cgroup("a");
+    policy("p-rec", "web", Mode::Enforce)
+        .exec(&[], &[&bin("denied")])
+        .open(&[], &[&file("secret")])
+        .apply(&mut m);
+    add_pod(&mut m, pod("pod-a", "web", &[&a]));
+    let mut x = Expect::new(env);
+    // Three exec attempts and one open, each from a child of its own.
+    let mut pids = BTreeMap::new();
+    for (op, path) in [
+        ("execve", bin("denied")),
+        ("execve", bin("denied")),
+        ("execve", bin("denied")),
+        ("open", file("secret")),
+    ] {
+        let child = Command::new(&env.me)
+            .args(["child", &a.procs(), op, &path])
+            .spawn()
+            .map_err(|e| format!("spawn: {e}"))?;
+        let pid = child.id();
+        let out = child.wait_with_output().map_err(|e| format!("wait: {e}"))?;
+        x.check(
+            out.status.code() == Some(i32::from(CHILD_REFUSED)),
+            format!("{op} {path}: not refused ({})", out.status),
+        );
+        pids.insert(pid, (op, path));
+    }
+    let got = denials(&mut reader, 4, std::time::Duration::from_secs(5));
+    x.check(
+        got.len() == 4,
+        format!("{} records, want 4: {got:?}", got.len()),
+    );
+    let comm = my_comm(env);
+    for d in &got {
+        let Some((op, path)) = pids.get(&d.pid) else {
+            x.check(
+                false,
+                format!("a record of pid {}, which made no attempt: {d:?}", d.pid),
+            );
+            continue;
+        };
+        let dim = if *op == "execve" {
+            KDim::Exec
+        } else {
+            KDim::Open
+        };
+        x.check(
+            d.cgroup == a.id
+                && d.dimension == dim
+                && d.decision == openexec::Decision::Denied
+                && d.path == path.as_bytes()
+                && d.comm == comm,
+            format!("record {d:?}: want cgroup {} {op} {path} comm {comm}", a.id),
+        );
+    }
+    let mut seen: Vec<u32> = got.iter().map(|d| d.pid).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    x.check(
+        seen.len() == 4,
+        format!("one record per attempt: pids {seen:?}"),
+    );
+    // Each refusal is reported once: as a record, so not also counted.
+    let drained = m.drain();
+    let counted: u64 = drained
+        .observations
+        .iter()
+        .filter(|(_, o)| o.cgroup == a.id && o.decision.refused())
+        .map(|(_, o)| o.count)
+        .sum();
+    x.check(
+        counted == 0,
+        format!("{counted} recorded refusals counted again"),
+    );
+    if std::env::var_os("KRT_VERBOSE").is_some() {
+        for d in &got {
+            println!(
+                "      record: pid {} comm {} {:?} {}",
+                d.pid,
+                d.comm,
+                d.dimension,
+                String::from_utf8_lossy(&d.path)
+            );
+        }
+    }
+    x.finish()
+}
+
+fn denial_storm(env: &Env) -> Result<(), String> {
+    const PER_SECOND: u32 = 100;
+    let mut m = env.manager(None);
+    m.open_backend()
+        .set_denial_rate(PER_SECOND)
+        .map_err(|e| format!("set_denial_rate: {e}"))?;
+    let mut reader = m
+        .open_backend()
+        .denial_reader()
+        .map_err(|e| format!("denial_reader: {e}"))?;
+    let before = m.open_backend().stats().map_err(|e| e.to_string())?;
+    let a = env.cgroup("a");
+    policy("p-storm", "web", Mode::Enforce)
+        .open(&[], &[&file("secret")])
+        .apply(&mut m);
+    add_pod(&mut m, pod("pod-a", "web", &[&a]));
+    let mut x = Expect::new(env);
+    // The reader drains while the storm runs, as the daemon's does.
+    let started = Instant::now();
+    let mut child = Command::new(&env.me)
+        .args(["child", &a.procs(), "open-storm", &file("secret")])
+        .spawn()
+        .map_err(|e| format!("spawn: {e}"))?;
+    let mut records = 0usize;
+    let status = loop {
+        records += reader
+            .poll(std::time::Duration::from_millis(50))
+            .map_err(|e| e.to_string())?
+            .len();
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+    };
+    let elapsed = started.elapsed();
+    records += denials(
+        &mut reader,
+        usize::MAX,
+        std::time::Duration::from_millis(300),
+    )
+    .len();
+    x.check(
+        status.code() == Some(i32::from(CHILD_REFUSED)),
+        format!("the storm's opens were not all refused ({status})"),
+    );
+    let after = m.open_backend().stats().map_err(|e| e.to_string())?;
+    let rate_limited = after.denials_rate_limited - before.denials_rate_limited;
+    let ring_full = after.denials_ringbuf_full - before.denials_ringbuf_full;
+    let sent = after.denials_sent - before.denials_sent;
+    let counted: u64 = m
+        .drain()
+        .observations
+        .iter()
+        .filter(|(_, o)| o.cgroup == a.id && o.decision.refused())
+        .map(|(_, o)| o.count)
+        .sum();
+    let storm = STORM as u64;
+    println!(
+        "      storm: {STORM} denied opens in {:.1}s, budget {PER_SECOND}/s per cgroup: {records} records, {rate_limited} rate-limited, {ring_full} ring-full (counted instead: {counted})",
+        elapsed.as_secs_f64()
+    );
+    x.check(
+        records as u64 == sent,
+        format!("{records} records read, {sent} sent"),
+    );
+    x.check(
+        records as u64 + counted == storm,
+        format!("{records} records + {counted} counted != {STORM}: a refusal was lost or reported twice"),
+    );
+    x.check(
+        rate_limited + ring_full == counted,
+        format!("{rate_limited} rate-limited + {ring_full} ring-full != {counted} counted"),
+    );
+    // The budget: at most PER_SECOND records per one-second window the
+    // storm touched.
+    let windows = elapsed.as_secs() + 2;
+    x.check(
+        records as u64 <= u64::from(PER_SECOND) * windows,
+        format!("{records} records in {windows} windows of {PER_SECOND}"),
+    );
+    x.check(rate_limited > 0, "the storm was never rate-limited");
+    x.finish()
+}
+
+fn tracer_resolved_paths(env: &Env) -> Result<(), String> {
+    use kyverno_runtime_bpf::exectrace::ExecTracer;
+    let mut m = env.manager(None);
+    let map = m
+        .open_backend()
+        .exec_resolved_map()
+        .map_err(|e| format!("exec_resolved_map: {e}"))?;
+    let tracer = ExecTracer::load(Some(&map)).map_err(|e| format!("loading the tracer: {e}"))?;
+    let mut reader = tracer.reader().map_err(|e| e.to_string())?;
+    let a = env.cgroup("a");
+    // A monitor policy observes the cgroup's execs.
+    policy("p-trace", "web", Mode::Monitor)
+        .exec(&[], &["*"])
+        .apply(&mut m);
+    add_pod(&mut m, pod("pod-a", "web", &[&a]));
+    tracer.admit(a.id).map_err(|e| e.to_string())?;
+    let link = format!("{WORK}/bin/link");
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(bin("allowed"), &link).map_err(|e| e.to_string())?;
+    let mut x = Expect::new(env);
+    x.case("traced", Some(&a), "exec", &link, Done);
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    let mut got = Vec::new();
+    while got.is_empty() && Instant::now() < deadline {
+        got.extend(
+            reader
+                .poll(std::time::Duration::from_millis(100))
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|r| r.cgroup_id == a.id),
+        );
+    }
+    match got.as_slice() {
+        [r] => {
+            if std::env::var_os("KRT_VERBOSE").is_some() {
+                println!("      traced: {r:?}");
+            }
+            x.check(
+                r.filename == link,
+                format!("filename {:?}, want {link}", r.filename),
+            );
+            x.check(
+                r.resolved == [bin("allowed")],
+                format!(
+                    "resolved {:?}, want [{}]: the path the exec program judged",
+                    r.resolved,
+                    bin("allowed")
+                ),
+            );
+            x.check(r.argv == ["true"], format!("argv {:?}", r.argv));
+            x.check(r.comm == "link", format!("comm {:?}", r.comm));
+        }
+        other => x.check(
+            false,
+            format!("{} records for the cgroup: {other:?}", other.len()),
+        ),
+    }
     x.finish()
 }
 
