@@ -41,6 +41,8 @@ const APP_NS: &str = "demo";
 const PINS: &str = "/sys/fs/bpf/kyverno-runtime";
 const FORBIDDEN: &str = "/usr/local/bin/forbidden";
 const OTHER: &str = "/usr/local/bin/other";
+/// A program the exec-monitor example reports, with its arguments.
+const TOOL: &str = "/usr/local/bin/tool";
 const GUEST_KUBECONFIG: &str = "/etc/kyverno-runtime/kubeconfig";
 /// A monitor policy watches egress to this address; the workload connects.
 const WATCHED: &str = "127.0.0.2";
@@ -113,7 +115,11 @@ fn host(mode: &str) -> ExitCode {
             "--ignore-not-found",
         ])
         .unwrap();
-    for example in ["examples/deny-exec.yaml", "examples/watch-egress.yaml"] {
+    for example in [
+        "examples/deny-exec.yaml",
+        "examples/watch-egress.yaml",
+        "examples/watch-exec.yaml",
+    ] {
         println!("$ kubectl apply -f {example}");
         let path = repo.join(example);
         print!(
@@ -292,6 +298,23 @@ fn child(args: &[String]) -> ExitCode {
                 Err(std::io::Error::other("the program failed"))
             }
         }),
+        // `run "<path> <args>..."`: a busybox copy run as `true` with
+        // these arguments (the exec tracer records them).
+        "run" => {
+            let mut words = target.split(' ');
+            let path = words.next().unwrap_or_default();
+            Command::new(path)
+                .arg0("true")
+                .args(words)
+                .status()
+                .and_then(|s| {
+                    if s.success() {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::other("the program failed"))
+                    }
+                })
+        }
         // A dropped SYN is retried, not reported, so a bounded wait that
         // times out counts as refused (the target listens on loopback: in
         // this guest nothing else can make it time out).
@@ -514,6 +537,26 @@ impl Daemon {
     }
 }
 
+/// The daemon's event-plane series, for a failure message.
+fn metrics_of_interest() -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect("127.0.0.1:9090") else {
+        return "(no /metrics)".into();
+    };
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.lines()
+        .filter(|l| {
+            !l.starts_with('#')
+                && (l.contains("events_")
+                    || l.contains("findings_")
+                    || l.contains("monitor_filter"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
     loop {
@@ -541,7 +584,7 @@ fn guest(mode: &str) -> ExitCode {
 
     // Exec targets: copies of the static busybox.
     std::fs::create_dir_all("/usr/local/bin").unwrap();
-    for t in [FORBIDDEN, OTHER] {
+    for t in [FORBIDDEN, OTHER, TOOL] {
         std::fs::copy("/bin/busybox", t).unwrap();
     }
     // A listener for the watched destination, so the connection succeeds
@@ -716,6 +759,89 @@ fn guest(mode: &str) -> ExitCode {
             p.get("count").cloned().unwrap_or_default()
         );
     }
+    // The exec monitor: the tracer's record, its argv redacted, a health
+    // check left out by the policy's monitorFilter.
+    let traced = |g: &Guest| -> Option<kyverno_runtime_api::openreports::ReportResult> {
+        let r =
+            g.rt.block_on(reports.get_opt("kyverno-runtime-web"))
+                .ok()??;
+        r.spec
+            .results
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|x| {
+                x.policy == "demo-watch-exec"
+                    && x.properties
+                        .as_ref()
+                        .and_then(|p| p.get("target"))
+                        .is_some_and(|t| t == TOOL)
+            })
+    };
+    let count = |r: &kyverno_runtime_api::openreports::ReportResult| -> u64 {
+        r.properties
+            .as_ref()
+            .and_then(|p| p.get("count"))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0)
+    };
+    let first = wait_until(
+        "the traced exec in the Report",
+        Duration::from_secs(90),
+        || {
+            assert_eq!(
+                run_child(&procs, "run", &format!("{TOOL} --token=s3cr3t -v")),
+                Outcome::Done
+            );
+            traced(&g)
+        },
+    );
+    // Quiet for two report intervals, so the count read is final.
+    std::thread::sleep(Duration::from_secs(5));
+    let first = traced(&g).unwrap_or(first);
+    // Three health checks, then the same call once more: only the last is
+    // a finding, so the count grows by exactly one.
+    for _ in 0..3 {
+        assert_eq!(
+            run_child(&procs, "run", &format!("{TOOL} --health")),
+            Outcome::Done
+        );
+    }
+    assert_eq!(
+        run_child(&procs, "run", &format!("{TOOL} --token=s3cr3t -v")),
+        Outcome::Done
+    );
+    let grown = wait_until("the next traced exec", Duration::from_secs(30), || {
+        traced(&g).filter(|r| count(r) > count(&first))
+    });
+    // Two more report intervals: nothing else arrives.
+    std::thread::sleep(Duration::from_secs(5));
+    let last = traced(&g).unwrap_or_else(|| grown.clone());
+    assert_eq!(
+        count(&last),
+        count(&first) + 1,
+        "the health checks were not filtered out by the monitorFilter; the daemon's counters:\n{}",
+        metrics_of_interest()
+    );
+    let p = last.properties.clone().unwrap_or_default();
+    let argv = p.get("argv").cloned().unwrap_or_default();
+    println!(
+        "[{:>5.1}s] $ {TOOL} --token=s3cr3t -v   (in {APP_NS}/web; 3x {TOOL} --health, filtered out)\n         report: demo-watch-exec exec {TOOL} enforced={} count={} pid={} comm={} argv={argv:?}",
+        started.elapsed().as_secs_f64(),
+        p.get("enforced").cloned().unwrap_or_default(),
+        count(&last),
+        p.get("pid").cloned().unwrap_or_default(),
+        p.get("comm").cloned().unwrap_or_default(),
+    );
+    assert!(
+        argv.starts_with("true --token=") && argv.ends_with(" -v"),
+        "{argv}"
+    );
+    assert!(
+        !argv.contains("s3cr3t"),
+        "the argv reached the Report unredacted: {argv}"
+    );
+
     // The refusal is also a Kubernetes Event on the pod.
     let events = g.ns::<k8s_openapi::api::events::v1::Event>(APP_NS);
     let event = wait_until(

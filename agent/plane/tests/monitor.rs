@@ -368,3 +368,25 @@ fn a_refusal_is_logged_redacted() {
         assert!(!logged.contains(secret), "{secret}: {logged}");
     }
 }
+
+#[test]
+fn the_example_exec_filter_leaves_out_health_checks() {
+    let (m, findings, metrics) = monitor();
+    m.set_policy(policy(
+        "example",
+        serde_json::json!({"mode": "monitor", "podSelector": {},
+            "behaviors": [{"exec": {"allow": {"values": ["/bin/busybox"]}, "deny": {"values": ["*"]}}}],
+            "monitorFilter": {"expressions": [
+                {"name": "not-a-health-check", "expression": "!has(event.exec) || !event.exec.argv.exists(a, a == '--health')"}
+            ]}}),
+    ));
+    let web = pod(&[]);
+    m.handle(&exec("/usr/local/bin/tool", &["true", "--health"], &web));
+    assert!(findings.take().is_empty(), "{}", metrics.encode());
+    m.handle(&exec(
+        "/usr/local/bin/tool",
+        &["true", "--token=x", "-v"],
+        &web,
+    ));
+    assert_eq!(findings.take().len(), 1);
+}
