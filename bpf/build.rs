@@ -18,7 +18,7 @@ use libbpf_cargo::SkeletonBuilder;
 
 /// Directories under `bpf/` holding one backend's `*.bpf.c` programs.
 /// Every `.bpf.c` file there becomes one object with one skeleton.
-const BACKENDS: &[&str] = &["probe", "egress", "dns", "protocol", "openexec"];
+const BACKENDS: &[&str] = &["probe", "egress", "dnssnoop", "dns", "protocol", "openexec"];
 
 /// Shared headers (`vmlinux.h`, `common.h`, ...).
 const INCLUDE_DIR: &str = "include";

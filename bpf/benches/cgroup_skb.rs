@@ -213,6 +213,7 @@ fn main() {
                     FilterFlags {
                         default_deny: true,
                         observe: false,
+                        domains: false,
                     },
                 )
                 .unwrap();

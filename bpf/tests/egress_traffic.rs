@@ -380,6 +380,7 @@ fn default_deny_passes_only_the_allow_list() {
     let flags = FilterFlags {
         default_deny: true,
         observe: false,
+        domains: false,
     };
     let e = Egress::new("dd", &["127.0.0.2/32", "::1/128"], &[], flags);
     e.expect("127.0.0.2", true);
@@ -395,6 +396,7 @@ fn an_explicit_deny_beats_a_wider_allow() {
     let flags = FilterFlags {
         default_deny: true,
         observe: false,
+        domains: false,
     };
     let e = Egress::new("deny-beats", &["127.0.0.0/8"], &["127.0.0.5/32"], flags);
     e.expect("127.0.0.4", true);
@@ -406,6 +408,7 @@ fn observation_counts_real_destinations() {
     let flags = FilterFlags {
         default_deny: false,
         observe: true,
+        domains: false,
     };
     let e = Egress::new("observe", &[], &["127.0.0.6/32"], flags);
     e.expect("127.0.0.6", false);

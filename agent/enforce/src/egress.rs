@@ -974,6 +974,7 @@ impl<K: EgressKernel> EgressEnforcer<K> {
         s.flags = FilterFlags {
             default_deny: counts.default_deny > 0,
             observe: counts.observe > 0,
+            domains: false,
         };
         s
     }
@@ -1045,6 +1046,7 @@ impl<K: EgressKernel> EgressEnforcer<K> {
             let flags = FilterFlags {
                 default_deny: true,
                 observe: state.kernel.flags.observe || desired.flags.observe,
+                domains: false,
             };
             k.set_flags(cgroup, set_id, flags)
                 .map_err(|e| kernel_error(format!("raising flags of cgroup {cgroup}"), &e))?;
