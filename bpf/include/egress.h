@@ -114,9 +114,12 @@ struct krt_egress_learned {
 	/* bpf_ktime_get_ns() (CLOCK_MONOTONIC) after which the entry no
 	 * longer counts. */
 	__u64 expires_ns;
-	/* The verdict bits of the names the answer reached it through. */
+	/* The verdict bits of the names the answers reached it through: an
+	 * answer or-s its bits into an unexpired entry's (so an address any
+	 * denied name gave stays denied) and keeps the later expiry. */
 	__u32 verdicts;
-	/* name_id of the first of those names (see krt_egress_domain). */
+	/* name_id (see krt_egress_domain) of the first policy-named name of
+	 * the latest answer that taught it. */
 	__u32 name_id;
 };
 

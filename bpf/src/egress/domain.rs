@@ -81,10 +81,12 @@ pub struct Learned {
     pub set_id: u32,
     /// The address an A or AAAA record gave.
     pub addr: IpAddr,
-    /// The sides of the names the answer reached it through.
+    /// The sides of the names the answers reached it through (an answer
+    /// adds its sides to an unexpired entry's: an address a denied name
+    /// gave stays denied until it expires).
     pub verdicts: DomainVerdicts,
     /// The name id (see [`super::EgressFilter::set_domain`]) of the first
-    /// of those names the set names.
+    /// policy-named name of the latest answer that taught it.
     pub name_id: u32,
     /// How long it still counts; `None` once expired (the filter then
     /// ignores it, and the bounded map reuses its slot).
