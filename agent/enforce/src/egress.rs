@@ -20,19 +20,38 @@
 //!
 //! A cgroup's first binding programs its set and flags, *then* attaches
 //! the program to the cgroup's directory (which the manager registers
-//! through [`CgroupPaths`]); its last unbinding revokes it from the filter
-//! map, *then* detaches, then clears the set. Within a change the backend
+//! through [`CgroupPaths`]); the DNS answer snooper is attached before
+//! both (it is gated by the filter map, so it does nothing until the
+//! cgroup is in it). Its last unbinding revokes it from the filter map,
+//! *then* detaches the filter, then the snooper, then clears the set and
+//! forgets what the set learned (set ids are reused). Within a change the backend
 //! tightens first and loosens last: deny entries added, allow entries
 //! removed, default deny raised, allow entries added, flags lowered, deny
 //! entries removed.
 //!
 //! # Values
 //!
-//! A network value is an address or a CIDR of any length ([`Prefix`]).
-//! Service names and other domain names need name resolution, which is not
-//! supported yet: they are refused as [`EgressRejection`]s with their field
-//! path, counted ([`EgressManager::rejected_total`]) and kept for the
-//! policy's status, never dropped silently.
+//! A network value is an address or a CIDR of any length, a cluster
+//! Service, or a domain name ([`compile_network`]):
+//!
+//! - addresses and CIDRs are [`Destination::Prefix`]es in the tries;
+//! - a Service (`<name>.<namespace>.svc[.<cluster domain>]`) is resolved
+//!   by the manager to the addresses the API gives it (ClusterIPs and
+//!   EndpointSlice endpoints, see [`crate::names`]) and programmed as
+//!   their host prefixes, following the Service as it changes;
+//! - any other name is a [`Destination::Domain`] of the set: the kernel's
+//!   DNS answer snooper learns its addresses from the answers to the
+//!   pod's own questions, and the filter treats an unexpired learned
+//!   address like an entry of the name's side. That is a convenience,
+//!   not a containment boundary: DNS over TCP, TLS or HTTPS teaches
+//!   nothing, nor does an answer cached before the policy, and an address
+//!   shared with other names is allowed or denied for all of them (a
+//!   deny by domain is best effort).
+//!
+//! A value that cannot be programmed (invalid, or a domain on a node
+//! whose kernel refused the snooper) is refused as an [`EgressRejection`]
+//! with its field path, counted ([`EgressManager::rejected_total`]) and
+//! kept for the policy's status, never dropped silently.
 //!
 //! # Restarts
 //!
@@ -1974,6 +1993,17 @@ impl fmt::Display for EgressFailure {
     }
 }
 
+/// What a change of names ([`EgressManager::set_service_addresses`],
+/// [`EgressManager::services_synced`]) re-programmed.
+#[derive(Clone, Debug, Default)]
+pub struct Reprogrammed {
+    /// The policies compiled and converged again (those naming the
+    /// Service).
+    pub policies: Vec<PolicyId>,
+    /// Backend calls that failed (retried on the next event).
+    pub failures: Vec<EgressFailure>,
+}
+
 /// What [`EgressManager::upsert_policy`] did.
 #[derive(Clone, Debug, Default)]
 pub struct EgressOutcome {
@@ -2163,14 +2193,15 @@ where
     }
 
     /// Sets the addresses of `service` as the API reports them (`None`:
-    /// it does not exist) and re-programs every policy naming it.
+    /// it does not exist) and re-programs every policy naming it (a
+    /// Service no policy names costs a map insert).
     pub fn set_service_addresses(
         &mut self,
         service: ServiceName,
         addresses: Option<BTreeSet<IpAddr>>,
-    ) -> Vec<EgressFailure> {
+    ) -> Reprogrammed {
         if !self.services.set(service.clone(), addresses) {
-            return Vec::new();
+            return Reprogrammed::default();
         }
         let naming: Vec<PolicyId> = self
             .policies
@@ -2178,15 +2209,15 @@ where
             .filter(|(_, d)| d.compiled.services.contains(&service))
             .map(|(id, _)| id.clone())
             .collect();
-        naming.iter().flat_map(|id| self.recompile(id)).collect()
+        self.recompile_all(naming)
     }
 
     /// The Service watch has listed: every Service is known, so policies
     /// naming Services stop keeping what the backend held (see the type's
     /// docs) and are re-programmed from the addresses.
-    pub fn services_synced(&mut self) -> Vec<EgressFailure> {
+    pub fn services_synced(&mut self) -> Reprogrammed {
         if self.services.synced() {
-            return Vec::new();
+            return Reprogrammed::default();
         }
         self.services.mark_synced();
         let naming: Vec<PolicyId> = self
@@ -2195,7 +2226,12 @@ where
             .filter(|(_, d)| !d.compiled.services.is_empty())
             .map(|(id, _)| id.clone())
             .collect();
-        naming.iter().flat_map(|id| self.recompile(id)).collect()
+        self.recompile_all(naming)
+    }
+
+    fn recompile_all(&mut self, policies: Vec<PolicyId>) -> Reprogrammed {
+        let failures = policies.iter().flat_map(|id| self.recompile(id)).collect();
+        Reprogrammed { policies, failures }
     }
 
     /// Compiles a desired policy again (its Services changed) and
@@ -3975,11 +4011,18 @@ mod tests {
             "absent: resolves to nothing"
         );
         let api = svc("prod", "api");
-        let failures = m.set_service_addresses(
+        let r = m.set_service_addresses(
             api.clone(),
             Some([ip("10.96.0.5"), ip("10.244.1.7")].into()),
         );
-        assert!(failures.is_empty());
+        assert!(r.failures.is_empty());
+        assert_eq!(r.policies, [pid("a")]);
+        assert!(
+            m.set_service_addresses(svc("prod", "other"), Some([ip("10.96.0.9")].into()))
+                .policies
+                .is_empty(),
+            "a Service no policy names re-programs nothing"
+        );
         assert!(m.unresolved(&pid("a")).is_empty());
         assert_eq!(
             m.programmed()[&pid("a")].program,
@@ -4050,7 +4093,7 @@ mod tests {
         );
         // Listed with the same address: still nothing to write.
         m.set_service_addresses(svc("prod", "db"), Some([ip("10.96.0.7")].into()));
-        assert!(m.services_synced().is_empty());
+        assert!(m.services_synced().failures.is_empty());
         assert!(
             m.backend().kernel().log.is_empty(),
             "{:?}",

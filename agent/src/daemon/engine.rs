@@ -19,8 +19,11 @@ use kyverno_runtime_api::runtimepolicy::{
 };
 use kyverno_runtime_bpf::dns::DnsQuestion;
 use kyverno_runtime_enforce::dns::{DnsGateManager, DnsPolicy, KernelDns};
-use kyverno_runtime_enforce::egress::{EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy};
+use kyverno_runtime_enforce::egress::{
+    EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy, Reprogrammed,
+};
 use kyverno_runtime_enforce::lsm::LsmEnforcer;
+use kyverno_runtime_enforce::names::ServiceName;
 use kyverno_runtime_enforce::openexec::{OpenExecManager, OpenExecPolicy, Pod as OpenExecPod};
 use kyverno_runtime_enforce::protocol::{KernelProtocol, ProtocolManager, ProtocolPolicy};
 use kyverno_runtime_enforce::{CgroupId, Decision, PolicyId};
@@ -673,6 +676,40 @@ impl Engine {
         self.metrics.set_pods_unresolved(n as i64);
     }
 
+    // ---- cluster Service names ------------------------------------------------------
+
+    /// The API reported `service`'s addresses (`None`: it does not exist):
+    /// the network manager re-programs the policies naming it.
+    pub fn service_addresses(&mut self, service: ServiceName, addresses: Option<BTreeSet<IpAddr>>) {
+        if let Some(m) = self.egress.get() {
+            let done = m.set_service_addresses(service, addresses);
+            self.reprogrammed(done);
+        }
+    }
+
+    /// Every Service and EndpointSlice has been listed: Service names
+    /// resolve from now on (until then an adopted policy keeps what it
+    /// held).
+    pub fn services_synced(&mut self) {
+        if let Some(m) = self.egress.get() {
+            let done = m.services_synced();
+            self.reprogrammed(done);
+        }
+    }
+
+    fn reprogrammed(&mut self, done: Reprogrammed) {
+        for f in done.failures {
+            tracing::error!(policy = %f.policy, failure = %f, "re-programming a Service's addresses failed");
+            self.failures
+                .entry(f.policy.as_str().to_string())
+                .or_default()
+                .push(f.to_string());
+        }
+        if !done.policies.is_empty() {
+            self.refresh_reports();
+        }
+    }
+
     /// Reconciles what a previous daemon left pinned, once policies and
     /// pods have synced: anything held that no current policy wants is
     /// removed.
@@ -1070,6 +1107,18 @@ impl Engine {
             Some(RuntimePolicyMode::Enforce) => shard.enforcement_available = available,
             Some(RuntimePolicyMode::Monitor) => shard.observation_available = available,
             None => {}
+        }
+        // Not a gap in enforcement: a Service that does not exist (yet) has
+        // no address to enforce, and is said so.
+        let unresolved = match (self.egress.get_ref(), PolicyId::new(p.uid.clone())) {
+            (Some(m), Ok(id)) => m.unresolved(&id),
+            _ => Vec::new(),
+        };
+        if !unresolved.is_empty() {
+            missing.push(format!(
+                "network: Services without addresses yet (they resolve once they have some): {}",
+                unresolved.join(", ")
+            ));
         }
         if !missing.is_empty() {
             shard.message = Some(missing.join("; "));

@@ -25,6 +25,7 @@ pub(crate) mod convert;
 mod engine;
 mod monitor;
 mod resolve;
+mod services;
 mod watches;
 
 use anyhow::Context as _;
