@@ -2209,7 +2209,7 @@ where
             .filter(|(_, d)| d.compiled.services.contains(&service))
             .map(|(id, _)| id.clone())
             .collect();
-        self.recompile_all(naming)
+        self.recompile_all(naming, false)
     }
 
     /// The Service watch has listed: every Service is known, so policies
@@ -2226,22 +2226,29 @@ where
             .filter(|(_, d)| !d.compiled.services.is_empty())
             .map(|(id, _)| id.clone())
             .collect();
-        self.recompile_all(naming)
+        // Every name unresolved now is news: before the sync nothing was
+        // logged.
+        self.recompile_all(naming, true)
     }
 
-    fn recompile_all(&mut self, policies: Vec<PolicyId>) -> Reprogrammed {
-        let failures = policies.iter().flat_map(|id| self.recompile(id)).collect();
+    fn recompile_all(&mut self, policies: Vec<PolicyId>, log_all: bool) -> Reprogrammed {
+        let failures = policies
+            .iter()
+            .flat_map(|id| self.recompile(id, log_all))
+            .collect();
         Reprogrammed { policies, failures }
     }
 
     /// Compiles a desired policy again (its Services changed) and
-    /// converges it.
-    fn recompile(&mut self, id: &PolicyId) -> Vec<EgressFailure> {
+    /// converges it; logs the names that became unresolved (every
+    /// unresolved one with `log_all`).
+    fn recompile(&mut self, id: &PolicyId, log_all: bool) -> Vec<EgressFailure> {
         let Some(d) = self.policies.get(id) else {
             return Vec::new();
         };
         let compiled = self.compile(&d.policy);
-        self.log_unresolved(&d.policy.name, Some(&d.compiled), &compiled);
+        let before = (!log_all).then_some(&d.compiled);
+        self.log_unresolved(&d.policy.name, before, &compiled);
         if let Some(d) = self.policies.get_mut(id) {
             d.compiled = compiled;
         }

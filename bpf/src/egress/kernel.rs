@@ -710,8 +710,82 @@ impl Filter {
     }
 
     pub(super) fn read_state(&self) -> Result<PinnedState> {
+        StateMaps {
+            cgroup_filters: &self.cgroup_filters,
+            allow_v4: &self.allow_v4,
+            deny_v4: &self.deny_v4,
+            allow_v6: &self.allow_v6,
+            deny_v6: &self.deny_v6,
+            policies: &self.policies,
+            rules: &self.rules,
+            bindings: &self.bindings,
+            domains: &self.domains,
+            domain_rules: &self.domain_rules,
+        }
+        .read()
+    }
+
+    /// [`Self::read_state`] of the maps pinned under `dir`, without
+    /// loading anything (nothing pinned: an empty state).
+    pub(super) fn read_pinned_state(dir: &Path) -> Result<PinnedState> {
+        let maps_dir = dir.join(MAPS_DIR);
+        if !maps_dir.join(META).exists() {
+            return Ok(PinnedState::default());
+        }
+        let open = |name: &'static str| -> Result<Map> {
+            let path = maps_dir.join(name);
+            MapHandle::from_pinned_path(&path)
+                .map(|handle| Map { name, handle })
+                .map_err(|e| pin_err(&path, format!("{e:#}")))
+        };
+        let maps = [
+            open(CGROUP_FILTERS)?,
+            open(ALLOW_V4)?,
+            open(DENY_V4)?,
+            open(ALLOW_V6)?,
+            open(DENY_V6)?,
+            open(POLICIES)?,
+            open(RULES)?,
+            open(BINDINGS)?,
+            open(DOMAINS)?,
+            open(DOMAIN_RULES)?,
+        ];
+        let [cgroup_filters, allow_v4, deny_v4, allow_v6, deny_v6, policies, rules, bindings, domains, domain_rules] =
+            &maps;
+        StateMaps {
+            cgroup_filters,
+            allow_v4,
+            deny_v4,
+            allow_v6,
+            deny_v6,
+            policies,
+            rules,
+            bindings,
+            domains,
+            domain_rules,
+        }
+        .read()
+    }
+}
+
+/// The maps [`Filter::read_state`] decodes, wherever they come from.
+struct StateMaps<'a> {
+    cgroup_filters: &'a Map,
+    allow_v4: &'a Map,
+    deny_v4: &'a Map,
+    allow_v6: &'a Map,
+    deny_v6: &'a Map,
+    policies: &'a Map,
+    rules: &'a Map,
+    bindings: &'a Map,
+    domains: &'a Map,
+    domain_rules: &'a Map,
+}
+
+impl StateMaps<'_> {
+    fn read(&self) -> Result<PinnedState> {
         let mut state = PinnedState::default();
-        let map = &self.cgroup_filters;
+        let map = self.cgroup_filters;
         for k in map.keys() {
             let Some(v) = map.lookup(&k)? else { continue };
             let (id, set_id, flags) = key::decode_filter(&k, &v)
@@ -719,10 +793,10 @@ impl Filter {
             state.filters.insert(id, (set_id, flags));
         }
         for (map, v6, verdict) in [
-            (&self.allow_v4, false, Verdict::Allow),
-            (&self.deny_v4, false, Verdict::Deny),
-            (&self.allow_v6, true, Verdict::Allow),
-            (&self.deny_v6, true, Verdict::Deny),
+            (self.allow_v4, false, Verdict::Allow),
+            (self.deny_v4, false, Verdict::Deny),
+            (self.allow_v6, true, Verdict::Allow),
+            (self.deny_v6, true, Verdict::Deny),
         ] {
             for k in map.keys() {
                 let (set_id, prefix) = key::decode_trie_key(&k, v6)
@@ -734,14 +808,14 @@ impl Filter {
                 };
             }
         }
-        let map = &self.policies;
+        let map = self.policies;
         for k in map.keys() {
             let Some(v) = map.lookup(&k)? else { continue };
             let (id, kind) = key::decode_policy(&k, &v)
                 .ok_or_else(|| map.layout(format!("an entry {k:02x?} => {v:02x?}")))?;
             state.ledger.entry(id).or_default().kind = Some(kind);
         }
-        let map = &self.rules;
+        let map = self.rules;
         for k in map.keys() {
             let (id, verdict, prefix) = key::decode_rule_key(&k)
                 .ok_or_else(|| map.layout(format!("an undecodable key {k:02x?}")))?;
@@ -751,13 +825,13 @@ impl Filter {
                 Verdict::Deny => policy.deny.insert(prefix),
             };
         }
-        let map = &self.bindings;
+        let map = self.bindings;
         for k in map.keys() {
             let (id, cgroup) = key::decode_binding_key(&k)
                 .ok_or_else(|| map.layout(format!("an undecodable key {k:02x?}")))?;
             state.ledger.entry(id).or_default().cgroups.insert(cgroup);
         }
-        let map = &self.domains;
+        let map = self.domains;
         for k in map.keys() {
             let Some(v) = map.lookup(&k)? else { continue };
             let (set_id, domain, verdicts, name_id) = key::decode_domain(&k, &v)
@@ -769,7 +843,7 @@ impl Filter {
                 .domains
                 .insert(domain, (verdicts, name_id));
         }
-        let map = &self.domain_rules;
+        let map = self.domain_rules;
         for k in map.keys() {
             let (id, verdict, domain) = key::decode_domain_rule_key(&k)
                 .ok_or_else(|| map.layout(format!("an undecodable key {k:02x?}")))?;
@@ -781,7 +855,9 @@ impl Filter {
         }
         Ok(state)
     }
+}
 
+impl Filter {
     pub(super) fn ledger_set_policy(&self, id: &[u8], kind: Option<LedgerKind>) -> Result<()> {
         let key = key::policy_key(id).ok_or(EgressError::InvalidLedgerId { len: id.len() })?;
         match kind {

@@ -652,6 +652,14 @@ impl EgressFilter {
         self.inner.read_state()
     }
 
+    /// What the maps pinned under `dir` hold (as [`Self::read_state`]
+    /// reads a loaded filter's), read without loading or adopting
+    /// anything: for diagnostics and for tests of a running daemon's
+    /// state. Nothing pinned there: an empty state.
+    pub fn read_pinned_state(dir: &Path) -> Result<PinnedState> {
+        imp::Filter::read_pinned_state(dir)
+    }
+
     /// Records policy `id` in the ledger as `kind`, or (`None`) removes
     /// its record (its rules and bindings are separate entries).
     pub fn ledger_set_policy(&self, id: &[u8], kind: Option<LedgerKind>) -> Result<()> {

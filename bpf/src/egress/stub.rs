@@ -33,6 +33,10 @@ impl Filter {
         Err(EgressError::NotBuilt)
     }
 
+    pub(super) fn read_pinned_state(_: &Path) -> Result<PinnedState> {
+        Err(EgressError::NotBuilt)
+    }
+
     pub(super) fn pin_outcome(&self) -> &PinOutcome {
         match *self {}
     }
