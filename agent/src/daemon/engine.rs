@@ -18,6 +18,7 @@ use kyverno_runtime_api::runtimepolicy::{
     RuntimePolicyMode, UnresolvedPod,
 };
 use kyverno_runtime_bpf::dns::DnsQuestion;
+use kyverno_runtime_bpf::egress::SnoopStats;
 use kyverno_runtime_enforce::dns::{DnsGateManager, DnsPolicy, KernelDns};
 use kyverno_runtime_enforce::egress::{
     EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy, Reprogrammed,
@@ -200,6 +201,9 @@ pub struct Engine {
     failures: BTreeMap<String, Vec<String>>,
     /// Rejected values by policy uid, for the spec-level conditions.
     rejections: BTreeMap<String, Rejections>,
+    /// The DNS answer snooper's counters at the last look (they are
+    /// cumulative; metrics take the deltas).
+    snoop_seen: SnoopStats,
 }
 
 #[derive(Default)]
@@ -240,6 +244,7 @@ impl Engine {
             pods: BTreeMap::new(),
             failures: BTreeMap::new(),
             rejections: BTreeMap::new(),
+            snoop_seen: SnoopStats::default(),
         }
     }
 
@@ -695,6 +700,48 @@ impl Engine {
             let done = m.services_synced();
             self.reprogrammed(done);
         }
+    }
+
+    /// Counts what the DNS answer snooper read since the last call: learned
+    /// addresses as ingested, and every response or record it could not
+    /// use as dropped (source `dnssnoop`), so a domain that learns nothing
+    /// is explained.
+    pub fn snoop_counters(&mut self) {
+        let Some(m) = self.egress.get_ref() else {
+            return;
+        };
+        let now = match m.backend().kernel().filter().read_snoop_stats() {
+            Ok(s) => s,
+            // Not loaded here: domains are refused, nothing to count.
+            Err(e) => {
+                tracing::trace!(error = %e, "DNS answer snooper counters unavailable");
+                return;
+            }
+        };
+        let was = std::mem::replace(&mut self.snoop_seen, now);
+        let delta = |n: u64, w: u64| n.saturating_sub(w);
+        self.metrics
+            .events_ingested("dnssnoop", "response", delta(now.responses, was.responses));
+        self.metrics
+            .events_ingested("dnssnoop", "learned", delta(now.learned, was.learned));
+        self.metrics.events_dropped(
+            "dnssnoop",
+            DropReason::answer_unreadable,
+            delta(
+                now.malformed + now.name_too_long + now.unsupported,
+                was.malformed + was.name_too_long + was.unsupported,
+            ),
+        );
+        self.metrics.events_dropped(
+            "dnssnoop",
+            DropReason::walk_limit,
+            delta(now.walk_limit, was.walk_limit),
+        );
+        self.metrics.events_dropped(
+            "dnssnoop",
+            DropReason::learn_failed,
+            delta(now.learn_failed, was.learn_failed),
+        );
     }
 
     fn reprogrammed(&mut self, done: Reprogrammed) {

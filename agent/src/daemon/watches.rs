@@ -154,6 +154,7 @@ impl Watches {
                 },
                 _ = drain.tick() => {
                     engine.drain();
+                    engine.snoop_counters();
                     self.health.collector_tick();
                 }
                 () = sleep_until(due), if due.is_some() => engine.evaluate_due(std::time::Instant::now()),
