@@ -14,12 +14,13 @@
  *     DOMAIN_KEY_LEN. The root name itself is all zeroes.
  *
  * One width for every user: the DNS question observer (bpf/dns/) records a
- * question in this form, and an egress snooper that interns policy-named
- * domains into a map keyed on struct domain_key needs no re-encoding on
- * either side. It also means the width that bounds a decodable question is
- * the width that bounds a policy value: a name this cannot hold is a name no
- * policy could have named. The Rust side (kyverno_runtime_bpf::dns::name)
- * encodes and decodes the same form.
+ * question in this form, and the egress filter's DNS answer snooper
+ * (bpf/dnssnoop/) matches answered names against policy-named domains in a
+ * map keyed on struct domain_key, with no re-encoding on either side. It
+ * also means the width that bounds a decodable question is the width that
+ * bounds a policy value: a name this cannot hold is a name no policy could
+ * have named. The Rust side (kyverno_runtime_bpf::dns::name) encodes and
+ * decodes the same form.
  */
 #ifndef KRT_DNSNAME_H
 #define KRT_DNSNAME_H
