@@ -752,9 +752,20 @@ impl EgressKernel for KernelEgress {
         }
         // The snooper first: it does nothing until the cgroup is in the
         // filter map, and from then on no answer is missed.
+        let snooping = self.snoop_links.contains_key(&cgroup);
         self.attach_snoop(cgroup, path)?;
         self.count();
-        let link = self.filter.attach_cgroup(path, set_id, flags)?;
+        let link = match self.filter.attach_cgroup(path, set_id, flags) {
+            Ok(link) => link,
+            Err(e) => {
+                // Not filtered after all: a snooper attached just now goes
+                // too (best effort; the attach error is the one to report).
+                if let (false, Some(snoop)) = (snooping, self.snoop_links.remove(&cgroup)) {
+                    let _ = self.filter.release_snoop(snoop);
+                }
+                return Err(e);
+            }
+        };
         if link.cgroup_id() != cgroup {
             // The path names another cgroup (recreated, or a stale path):
             // undo, or the wrong cgroup would be filtered.
