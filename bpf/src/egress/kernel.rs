@@ -1020,6 +1020,21 @@ impl Filter {
         Ok(attach_egress(&program, SNOOP_PROGRAM, dir)?)
     }
 
+    pub(super) fn test_run_snoop_repeat(
+        &self,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<super::TimedRun> {
+        let program = self
+            .snooper()?
+            .program()
+            .ok_or_else(|| EgressError::TestRun {
+                errno: None,
+                message: format!("the snooper object has no program {SNOOP_PROGRAM}"),
+            })?;
+        super::bench::timed(&program, frame, repeat)
+    }
+
     pub(super) fn test_run_snoop(&self, frame: &[u8]) -> Result<u32> {
         let program = self
             .snooper()?

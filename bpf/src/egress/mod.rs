@@ -810,6 +810,12 @@ impl EgressFilter {
         self.inner.test_run_snoop(frame)
     }
 
+    /// Runs the snooper `repeat` times on `frame` (see
+    /// [`Self::test_run_repeat`]); for benchmarks.
+    pub fn test_run_snoop_repeat(&self, frame: &[u8], repeat: u32) -> Result<TimedRun> {
+        self.inner.test_run_snoop_repeat(frame, repeat)
+    }
+
     /// Records (`present`) or removes one domain of policy `id`'s allow or
     /// deny list in the ledger.
     pub fn ledger_set_domain_rule(

@@ -156,6 +156,10 @@ impl Filter {
         match *self {}
     }
 
+    pub(super) fn test_run_snoop_repeat(&self, _: &[u8], _: u32) -> Result<super::TimedRun> {
+        match *self {}
+    }
+
     pub(super) fn ledger_set_domain_rule(
         &self,
         _: &[u8],
