@@ -21,6 +21,7 @@ use libbpf_cargo::SkeletonBuilder;
 const BACKENDS: &[&str] = &[
     "probe",
     "egress",
+    "dnssnoop",
     "dns",
     "protocol",
     "openexec",

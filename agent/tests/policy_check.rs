@@ -50,7 +50,7 @@ spec:
   behaviors:
   - network:
       deny:
-        values: ["10.0.0.0/8", "fd00::/64", "example.com"]
+        values: ["10.0.0.0/8", "fd00::/64", "example.com", "api.prod.svc", "10.0.0.300"]
         expression: "variables.extra"
   - exec: {deny: {values: ["/bin/../sh"]}}
 ---
@@ -77,13 +77,20 @@ spec:
     assert!(!ok);
     // Literals and the expression's result are unioned.
     assert!(
-        out.contains("deny:  10.0.0.0/8, fd00::/64, example.com, 10.1.0.0/16"),
+        out.contains(
+            "deny:  10.0.0.0/8, fd00::/64, example.com, api.prod.svc, 10.0.0.300, 10.1.0.0/16"
+        ),
         "{out}"
     );
+    // A domain and a Service are destinations the daemon resolves; the
+    // address that is none is refused.
     assert!(
-        out.contains(
-            r#"error: spec.behaviors[0].network.deny: domain "example.com" needs name resolution"#
-        ),
+        out.contains("Services (each node programs their addresses from the API): api.prod.svc"),
+        "{out}"
+    );
+    assert!(!out.contains(r#""example.com" is not programmed"#), "{out}");
+    assert!(
+        out.contains(r#"error: spec.behaviors[0].network.deny: "10.0.0.300" is not programmed"#),
         "{out}"
     );
     assert!(

@@ -1,8 +1,11 @@
 //! ns per packet of the cgroup_skb programs, via `BPF_PROG_TEST_RUN`
 //! (needs root): the egress filter with 10, 1,000 and 100,000 entries
-//! (IPv4 and IPv6), the protocol classifier on a first segment and on a
-//! cached flow, and an empty cgroup_skb program as the floor, all measured
-//! in one run and printed with their ratio to the floor.
+//! (IPv4 and IPv6), the filter of a set naming domains (a learned address,
+//! and one nothing taught), the DNS answer snooper (a datagram of a set
+//! naming no domain, and a response it learns from), the protocol
+//! classifier on a first segment and on a cached flow, and an empty
+//! cgroup_skb program as the floor, all measured in one run and printed
+//! with their ratio to the floor.
 //!
 //! Run with `cargo bench -p kyverno-runtime-bpf --features host-tests
 //! --bench cgroup_skb`. Nothing is asserted about the figures: they vary
@@ -17,7 +20,9 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kyverno_runtime_bpf::egress::{EgressFilter, FilterFlags, FloorProgram, Prefix, Verdict};
+use kyverno_runtime_bpf::egress::{
+    Domain, DomainVerdicts, EgressFilter, FilterFlags, FloorProgram, Prefix, Verdict,
+};
 use kyverno_runtime_bpf::protocol::{
     ProtoFlags, ProtoKey, Protocol, ProtocolClassifier, Verdict as ProtoVerdict,
 };
@@ -213,6 +218,7 @@ fn main() {
                     FilterFlags {
                         default_deny: true,
                         observe: false,
+                        domains: false,
                     },
                 )
                 .unwrap();
@@ -250,6 +256,92 @@ fn main() {
             }
             filter.remove_cgroup(cgroup).unwrap();
         }
+    }
+
+    // Domains: a set of 10 prefixes naming one domain under default deny;
+    // the probe's address learned (a learned hit), and one nothing taught
+    // (a learned miss, then the tries). Then the snooper on the answer
+    // that teaches it (one A record, its owner compressed), for a set
+    // naming domains, and for one naming none (the gate only).
+    {
+        let filter = EgressFilter::load().unwrap();
+        for i in 0..10 {
+            filter
+                .insert(SET, Verdict::Allow, Prefix::host(v4_entry(i).into()))
+                .unwrap();
+        }
+        let allow = DomainVerdicts {
+            allow: true,
+            deny: false,
+        };
+        filter
+            .set_domain(SET, &Domain::new("bench.test").unwrap(), allow, 1)
+            .unwrap();
+        let flags = FilterFlags {
+            default_deny: true,
+            observe: false,
+            domains: true,
+        };
+        filter.set_filter(cgroup, SET, flags).unwrap();
+        let learned = Ipv4Addr::new(192, 0, 2, 99);
+        filter
+            .insert_learned(SET, learned.into(), allow, 1, Duration::from_secs(3600))
+            .unwrap();
+        for (case, frame, want) in [
+            ("learned address", ipv4(learned, 17, &udp(b"bench")), 1),
+            (
+                "address nothing taught",
+                ipv4(Ipv4Addr::new(203, 0, 113, 1), 17, &udp(b"bench")),
+                0,
+            ),
+        ] {
+            let runs: Vec<Duration> = (0..ROUNDS)
+                .map(|_| {
+                    let r = filter.test_run_repeat(&frame, REPEAT).unwrap();
+                    assert_eq!(r.verdict, want, "{case}");
+                    r.per_run
+                })
+                .collect();
+            rows.push(Row {
+                name: format!("egress IPv4, set naming a domain, {case}"),
+                per_packet: median(runs),
+            });
+        }
+        // A DNS answer from port 53: header, question, one A record.
+        let mut dns = vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
+        dns.extend_from_slice(b"\x05bench\x04test\x00\x00\x01\x00\x01");
+        dns.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4]);
+        dns.extend_from_slice(&learned.octets());
+        let mut answer = 53u16.to_be_bytes().to_vec();
+        answer.extend_from_slice(&40_000u16.to_be_bytes());
+        answer.extend_from_slice(&u16::try_from(8 + dns.len()).unwrap().to_be_bytes());
+        answer.extend_from_slice(&[0, 0]);
+        answer.extend_from_slice(&dns);
+        let answer = ipv4(Ipv4Addr::new(10, 0, 0, 1), 17, &answer);
+        for (case, flags) in [
+            (
+                "answer of a set naming no domain (the gate)",
+                FilterFlags::default(),
+            ),
+            ("answer learned (1 A record)", flags),
+        ] {
+            filter.set_filter(cgroup, SET, flags).unwrap();
+            let runs: Vec<Duration> = (0..ROUNDS)
+                .map(|_| {
+                    filter
+                        .test_run_snoop_repeat(&answer, REPEAT)
+                        .unwrap()
+                        .per_run
+                })
+                .collect();
+            rows.push(Row {
+                name: format!("snooper: {case}"),
+                per_packet: median(runs),
+            });
+        }
+        let learned_count = filter.read_snoop_stats().unwrap().learned;
+        assert_eq!(learned_count, u64::from(REPEAT) * ROUNDS as u64);
+        filter.remove_cgroup(cgroup).unwrap();
     }
 
     // The classifier: a TLS ClientHello on a fresh flow (classified; one

@@ -12,14 +12,10 @@
  * buffer, one reader, and one cgids gate that every attachment shares.
  *
  * What is read:
- *   - IPv4 (any IHL; a non-first fragment carries no UDP header and is
- *     skipped) and IPv6, the family taken from skb->protocol. On IPv6 up to
- *     IPV6_EXT_MAX hop-by-hop, routing, fragment (first fragment only) and
- *     destination-options headers are walked to reach UDP: a client sets
- *     those with an ordinary setsockopt, and reading UDP only right after
- *     the fixed header would let any pod hide its questions that way. AH,
- *     ESP and longer chains are not walked: those datagrams are not
- *     observed (and not counted, since they are not known to be DNS).
+ *   - IPv4 and IPv6, the family taken from skb->protocol, the UDP header
+ *     found as bpf/include/udp.h describes (IPv6 extension headers
+ *     walked). Datagrams whose UDP header is not reached are not observed
+ *     (and not counted, since they are not known to be DNS).
  *   - UDP to destination port 53 only (no TCP/53, DoT, DoH).
  *   - The first question of a message whose header says it has one: the
  *     DNS header is 12 bytes, so the QNAME starts at a fixed offset and is
@@ -30,28 +26,12 @@
  */
 #include "common.h"
 #include "dns.h"
+#include "udp.h"
 #include <bpf/bpf_endian.h>
 
 #define PASS 1
 
-#define ETH_P_IP 0x0800
-#define ETH_P_IPV6 0x86DD
 #define DNS_PORT 53
-/* The fragment offset bits of iphdr.frag_off (host order). */
-#define IP_FRAG_OFFSET 0x1fff
-/* The fragment offset bits of frag_hdr.frag_off (host order). */
-#define IPV6_FRAG_OFFSET 0xfff8
-
-/* IPv6 next-header values of the extension headers walked. */
-#define NEXTHDR_HOP 0
-#define NEXTHDR_ROUTING 43
-#define NEXTHDR_FRAGMENT 44
-#define NEXTHDR_DEST 60
-/* Extension headers walked before giving up: a socket adds at most
- * hop-by-hop, destination options (twice, around routing), routing and a
- * fragment header; one more for slack. */
-#define IPV6_EXT_MAX 6
-
 #define DNS_HEADER_LEN 12
 
 /* Container cgroups whose questions are observed: the gate. The value is
@@ -111,56 +91,6 @@ static __always_inline void count_ringbuf_full(void)
 		__sync_fetch_and_add(&s->ringbuf_full, 1);
 }
 
-/* Offset of the UDP header of an IPv6 packet, or 0 when none is reached. */
-static __always_inline __u32 ipv6_udp_offset(struct __sk_buff *skb)
-{
-	struct ipv6hdr ip6;
-	__u32 off = sizeof(ip6);
-	__u8 next;
-
-	if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)) < 0)
-		return 0;
-	next = ip6.nexthdr;
-
-#pragma clang loop unroll(full)
-	for (int i = 0; i < IPV6_EXT_MAX; i++) {
-		/* nexthdr, hdrlen (or reserved), fragment offset and flags. */
-		__u8 ext[4];
-
-		if (next == IPPROTO_UDP)
-			return off;
-		if (next != NEXTHDR_HOP && next != NEXTHDR_ROUTING &&
-		    next != NEXTHDR_DEST && next != NEXTHDR_FRAGMENT)
-			return 0;
-		if (bpf_skb_load_bytes(skb, off, ext, sizeof(ext)) < 0)
-			return 0;
-		if (next == NEXTHDR_FRAGMENT) {
-			/* A later fragment has no UDP header. */
-			if (((ext[2] << 8) | ext[3]) & IPV6_FRAG_OFFSET)
-				return 0;
-			off += 8;
-		} else {
-			off += ((__u32)ext[1] + 1) * 8;
-		}
-		next = ext[0];
-	}
-	return next == IPPROTO_UDP ? off : 0;
-}
-
-/* Offset of the UDP header of an IPv4 packet, or 0 when it has none. */
-static __always_inline __u32 ipv4_udp_offset(struct __sk_buff *skb)
-{
-	struct iphdr ip;
-
-	if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)) < 0)
-		return 0;
-	if (ip.ihl < 5 || ip.protocol != IPPROTO_UDP)
-		return 0;
-	if (bpf_ntohs(ip.frag_off) & IP_FRAG_OFFSET)
-		return 0;
-	return (__u32)ip.ihl * 4;
-}
-
 SEC("cgroup_skb/egress")
 int krt_dns_egress(struct __sk_buff *skb)
 {
@@ -180,12 +110,7 @@ int krt_dns_egress(struct __sk_buff *skb)
 	if (!bpf_map_lookup_elem(&krt_dns_cgids, &cgid))
 		return PASS;
 
-	if (skb->protocol == bpf_htons(ETH_P_IP))
-		off = ipv4_udp_offset(skb);
-	else if (skb->protocol == bpf_htons(ETH_P_IPV6))
-		off = ipv6_udp_offset(skb);
-	else
-		return PASS;
+	off = krt_udp_offset(skb);
 	if (off == 0)
 		return PASS;
 

@@ -17,6 +17,11 @@
  *   3. else the set is default deny                     -> drop
  *   4. else                                             -> pass
  *
+ * For a set with KRT_EGRESS_FLAG_DOMAINS, "an entry matches" includes an
+ * unexpired address that a DNS answer for one of the set's domains taught
+ * it (egress_learned, written by the snooper in bpf/dnssnoop/), on the
+ * side (allow or deny) its name is on.
+ *
  * An explicit deny beats an allow entry whatever their prefix lengths (a
  * /0 deny beats a /32 allow): the specification's multi-policy semantics
  * make a set the union of every matching policy's entries, so a deny that
@@ -36,6 +41,7 @@
 #include "common.h"
 #include <bpf/bpf_endian.h>
 #include "egress.h"
+#include "egress_maps.h"
 
 /* Not in vmlinux.h (they are macros in the kernel). */
 #define ETH_P_IP 0x0800
@@ -46,17 +52,7 @@
 #define SKB_PASS 1
 #define SKB_DROP 0
 
-/*
- * cgroup id (bpf_skb_cgroup_id) -> the set and flags that apply. Written
- * by userspace only, so it need not be preallocated.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, KRT_EGRESS_MAX_CGROUPS);
-	__type(key, __u64);
-	__type(value, struct krt_egress_filter);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-} cgroup_filters SEC(".maps");
+/* cgroup_filters, egress_domains, egress_learned: see egress_maps.h. */
 
 /*
  * The four tries. The value is unused (a trie needs one): any entry
@@ -120,7 +116,9 @@ struct {
  * rebuilds) instead of misreading them.
  */
 enum krt_egress_layout {
-	KRT_EGRESS_LAYOUT_VERSION = 1,
+	/* 2: egress_domains, egress_learned and egress_domain_rules; the
+	 * learned counters in stats. */
+	KRT_EGRESS_LAYOUT_VERSION = 2,
 };
 
 /* The single element of `egress_meta`. */
@@ -171,6 +169,14 @@ struct krt_egress_rule_key {
 	__u8 addr[16]; /* network order, host bits zero; IPv4 in the first 4 */
 };
 
+/* Key of `egress_domain_rules` (one domain of one policy); value __u8. */
+struct krt_egress_domain_rule_key {
+	__u8 id[KRT_EGRESS_POLICY_ID_LEN];
+	__u8 verdict; /* 1 allow, 2 deny */
+	__u8 reserved[3]; /* zero */
+	struct domain_key name;
+};
+
 /* Key of `egress_bindings` (one cgroup bound to one policy); value __u8. */
 struct krt_egress_binding_key {
 	__u8 id[KRT_EGRESS_POLICY_ID_LEN];
@@ -206,6 +212,14 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_DOMAINS);
+	__type(key, struct krt_egress_domain_rule_key);
+	__type(value, __u8);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} egress_domain_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, KRT_EGRESS_MAX_BINDINGS);
 	__type(key, struct krt_egress_binding_key);
 	__type(value, __u8);
@@ -222,6 +236,7 @@ enum krt_egress_family krt_egress_family_btf_anchor = 0;
 enum krt_egress_layout krt_egress_layout_btf_anchor = 0;
 enum krt_egress_policy_kind krt_egress_policy_kind_btf_anchor = 0;
 enum krt_egress_policy_flag krt_egress_policy_flag_btf_anchor = 0;
+enum krt_egress_domain_verdict krt_egress_domain_verdict_btf_anchor = 0;
 
 static __always_inline void count(__u64 *counter)
 {
@@ -271,22 +286,59 @@ static __always_inline void observe(struct krt_egress_stats *st, __u32 set_id,
 }
 
 /*
+ * The verdict bits (enum krt_egress_domain_verdict) a DNS answer taught
+ * the set for the destination, or 0: none, or expired. Only called for a
+ * set naming domains.
+ */
+static __always_inline __u32 learned_verdicts(struct krt_egress_stats *st,
+					      __u32 set_id, __u32 family,
+					      const __u8 *addr, __u32 addr_len)
+{
+	struct krt_egress_learned_key key;
+	struct krt_egress_learned *l;
+
+	__builtin_memset(&key, 0, sizeof(key));
+	key.set_id = set_id;
+	key.family = family;
+	if (addr_len == 4)
+		__builtin_memcpy(key.addr, addr, 4);
+	else
+		__builtin_memcpy(key.addr, addr, 16);
+	l = bpf_map_lookup_elem(&egress_learned, &key);
+	if (!l)
+		return 0;
+	/* Read once: the snooper may refresh the entry concurrently. */
+	if (l->expires_ns <= bpf_ktime_get_ns()) {
+		count(&st->learned_expired);
+		return 0;
+	}
+	count(&st->learned_hits);
+	return l->verdicts;
+}
+
+/*
  * Steps 1-4 of the verdict for a parsed destination, given the set's key
- * for it (the same key is looked up in the deny and then the allow trie).
+ * for it (the same key is looked up in the deny and then the allow trie)
+ * and what DNS answers taught the set about it.
  */
 static __always_inline int decide(struct krt_egress_stats *st, void *deny,
 				  void *allow, const void *key, __u32 set_id,
 				  __u32 flags, __u32 family, const __u8 *addr,
 				  __u32 addr_len)
 {
-	__u32 decision;
+	__u32 decision, learned = 0;
 	int verdict;
 
-	if (bpf_map_lookup_elem(deny, key)) {
+	if (flags & KRT_EGRESS_FLAG_DOMAINS)
+		learned = learned_verdicts(st, set_id, family, addr, addr_len);
+
+	if ((learned & KRT_EGRESS_DOMAIN_DENY) ||
+	    bpf_map_lookup_elem(deny, key)) {
 		decision = KRT_EGRESS_DENIED;
 		verdict = SKB_DROP;
 		count(&st->denied);
-	} else if (bpf_map_lookup_elem(allow, key)) {
+	} else if ((learned & KRT_EGRESS_DOMAIN_ALLOW) ||
+		   bpf_map_lookup_elem(allow, key)) {
 		decision = KRT_EGRESS_ALLOWED;
 		verdict = SKB_PASS;
 		count(&st->allowed);

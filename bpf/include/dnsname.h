@@ -14,12 +14,13 @@
  *     DOMAIN_KEY_LEN. The root name itself is all zeroes.
  *
  * One width for every user: the DNS question observer (bpf/dns/) records a
- * question in this form, and an egress snooper that interns policy-named
- * domains into a map keyed on struct domain_key needs no re-encoding on
- * either side. It also means the width that bounds a decodable question is
- * the width that bounds a policy value: a name this cannot hold is a name no
- * policy could have named. The Rust side (kyverno_runtime_bpf::dns::name)
- * encodes and decodes the same form.
+ * question in this form, and the egress filter's DNS answer snooper
+ * (bpf/dnssnoop/) matches answered names against policy-named domains in a
+ * map keyed on struct domain_key, with no re-encoding on either side. It
+ * also means the width that bounds a decodable question is the width that
+ * bounds a policy value: a name this cannot hold is a name no policy could
+ * have named. The Rust side (kyverno_runtime_bpf::dns::name) encodes and
+ * decodes the same form.
  */
 #ifndef KRT_DNSNAME_H
 #define KRT_DNSNAME_H
@@ -55,7 +56,43 @@ enum dns_name_status {
 	DNS_NAME_BAD_LABEL = 3,
 	/* No terminating root label within DOMAIN_KEY_LEN bytes. */
 	DNS_NAME_TOO_LONG = 4,
+	/* A compression pointer that does not point before the labels it
+	 * ends (a forward pointer, or a loop), or more pointers than a name
+	 * reader follows. Only readers that follow pointers return it. */
+	DNS_NAME_BAD_POINTER = 5,
 };
+
+/*
+ * Lowercases the ASCII letters of eight bytes at once; every other byte
+ * (digits, '-', '_', length bytes, which are 0..63, and bytes from 0x80
+ * up) is kept. h is each byte's low seven bits; h + 0x3f sets a byte's
+ * top bit when h >= 'A', h + 0x25 when h > 'Z', and neither sum carries
+ * into the next byte (h <= 0x7f). A letter is then 0x20 away from its
+ * lowercase form.
+ */
+static __always_inline __u64 dns_ascii_lower64(__u64 w)
+{
+	__u64 h = w & 0x7f7f7f7f7f7f7f7fULL;
+	__u64 ge_a = h + 0x3f3f3f3f3f3f3f3fULL;
+	__u64 gt_z = h + 0x2525252525252525ULL;
+	__u64 upper = ge_a & ~gt_z & ~w & 0x8080808080808080ULL;
+
+	return w | (upper >> 2);
+}
+
+/*
+ * Lowercases a key in place, as dns_read_name lowercases what it reads: a
+ * reader that copies whole labels normalises them with this afterwards.
+ * The key must be 8-byte aligned (map memory laid out for it).
+ */
+static __always_inline void dns_key_lowercase(struct domain_key *key)
+{
+	__u64 *w = (__u64 *)key->name;
+
+#pragma clang loop unroll(full)
+	for (int i = 0; i < DOMAIN_KEY_LEN / 8; i++)
+		w[i] = dns_ascii_lower64(w[i]);
+}
 
 /*
  * Reads the uncompressed name at byte `off` of the skb into `key`, which the

@@ -14,6 +14,7 @@
 #define KRT_EGRESS_H
 
 #include "vmlinux.h"
+#include "dnsname.h"
 
 /*
  * Map sizes. The LPM tries and cgroup_filters are BPF_F_NO_PREALLOC, so
@@ -33,6 +34,25 @@
  * this one is real memory: about 2 MiB.
  */
 #define KRT_EGRESS_MAX_OBSERVATIONS (1 << 14)
+/* (set, domain name) entries node-wide: every set's policy-named domains. */
+#define KRT_EGRESS_MAX_DOMAINS (1 << 14)
+/*
+ * (set, address) pairs learned from DNS answers node-wide. An LRU map, so
+ * preallocated: 2^15 entries of a 24-byte key and a 16-byte value (about
+ * 3 MiB with the kernel's per-element overhead). When it is full the least
+ * recently used entry goes, which under any sane load is an expired one.
+ */
+#define KRT_EGRESS_MAX_LEARNED (1 << 15)
+
+/*
+ * How long a learned address counts, from the TTL of the record that
+ * taught it, clamped: at least KRT_DNS_TTL_MIN_S, so that the connect
+ * right after a TTL-0 answer (which a resolver may give to say "do not
+ * cache") still finds it, and at most KRT_DNS_TTL_MAX_S, so that an answer
+ * with a TTL of days does not keep an address allowed for days.
+ */
+#define KRT_DNS_TTL_MIN_S 5
+#define KRT_DNS_TTL_MAX_S 3600
 
 /* Bits of krt_egress_filter.flags. */
 enum krt_egress_flag {
@@ -44,6 +64,63 @@ enum krt_egress_flag {
 	 * work at all.
 	 */
 	KRT_EGRESS_FLAG_OBSERVE = 1 << 1,
+	/*
+	 * The set names domains: the DNS answer snooper (bpf/dnssnoop/) reads
+	 * the cgroup's DNS answers, and the filter consults the addresses it
+	 * learned. Without it neither does any work for the cgroup.
+	 */
+	KRT_EGRESS_FLAG_DOMAINS = 1 << 2,
+};
+
+/* Bits of krt_egress_domain.verdicts and krt_egress_learned.verdicts. */
+enum krt_egress_domain_verdict {
+	/* Addresses answered for the name pass (like an allow entry). */
+	KRT_EGRESS_DOMAIN_ALLOW = 1 << 0,
+	/* Addresses answered for the name drop (like a deny entry). */
+	KRT_EGRESS_DOMAIN_DENY = 1 << 1,
+};
+
+/*
+ * Key of `egress_domains`: one policy-named domain of one set, in the
+ * normalised wire form of dnsname.h. The name comes first so that a name
+ * in the snooper's scratch space, which is laid out as these keys, sits at
+ * an 8-byte-aligned offset.
+ */
+struct krt_egress_domain_key {
+	struct domain_key name;
+	__u32 set_id; /* host byte order */
+};
+
+/* Value of `egress_domains`. */
+struct krt_egress_domain {
+	__u32 verdicts; /* enum krt_egress_domain_verdict bits, never 0 */
+	/* Userspace's number for the name (the same for every set naming
+	 * it), copied into what the name teaches, so a learned address says
+	 * which name it came from. */
+	__u32 name_id;
+};
+
+/* Key of `egress_learned`: an address a set learned. */
+struct krt_egress_learned_key {
+	__u32 set_id; /* host byte order */
+	__u32 family; /* enum krt_egress_family */
+	/* Network byte order; an IPv4 address in the first 4 bytes, the rest
+	 * zero. */
+	__u8 addr[16];
+};
+
+/* Value of `egress_learned`. */
+struct krt_egress_learned {
+	/* bpf_ktime_get_ns() (CLOCK_MONOTONIC) after which the entry no
+	 * longer counts. */
+	__u64 expires_ns;
+	/* The verdict bits of the names the answers reached it through: an
+	 * answer or-s its bits into an unexpired entry's (so an address any
+	 * denied name gave stays denied) and keeps the later expiry. */
+	__u32 verdicts;
+	/* name_id (see krt_egress_domain) of the first policy-named name of
+	 * the latest answer that taught it. */
+	__u32 name_id;
 };
 
 /* Value of cgroup_filters, keyed by cgroup id (__u64). */
@@ -130,6 +207,11 @@ struct krt_egress_stats {
 	__u64 observe_inserted;
 	/* Observations that could not be counted (map update failed). */
 	__u64 observe_failed;
+	/* Packets of sets naming domains whose destination a DNS answer
+	 * taught the set and whose entry had not expired ... */
+	__u64 learned_hits;
+	/* ... or had expired (it then decides nothing). */
+	__u64 learned_expired;
 };
 
 #endif /* KRT_EGRESS_H */

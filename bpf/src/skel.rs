@@ -64,6 +64,19 @@ pub(crate) mod egress {
     }
 }
 
+/// Skeletons of `bpf/dnssnoop/*.bpf.c`.
+pub(crate) mod dnssnoop {
+    /// `bpf/dnssnoop/snoop.bpf.c`.
+    pub(crate) mod snoop {
+        include!(concat!(env!("OUT_DIR"), "/dnssnoop/snoop.skel.rs"));
+
+        /// The raw object: the egress filter loads it through the generic
+        /// object API, over its own maps (`reuse_fd`).
+        pub(crate) const OBJECT: &[u8] =
+            include_bytes!(concat!(env!("OUT_DIR"), "/dnssnoop/snoop.bpf.o"));
+    }
+}
+
 /// Skeletons of `bpf/dns/*.bpf.c`.
 pub(crate) mod dns {
     /// `bpf/dns/query.bpf.c`.

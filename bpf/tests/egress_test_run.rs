@@ -454,6 +454,7 @@ fn table() {
             let flags = FilterFlags {
                 default_deny: case.default_deny,
                 observe,
+                domains: false,
             };
             let f = filter_for(42, case.allow, case.deny, flags);
             if case.frame.short_ip_header() && test_run_refuses_short_ip_headers() {
@@ -538,6 +539,7 @@ fn a_cgroup_not_in_cgroup_filters_passes_uncounted() {
     let all = FilterFlags {
         default_deny: true,
         observe: true,
+        domains: false,
     };
     for p in prefixes(ALL) {
         f.insert(1, Verdict::Deny, p).unwrap();
@@ -588,6 +590,7 @@ fn two_sets_do_not_leak_into_each_other() {
     let strict = FilterFlags {
         default_deny: true,
         observe: true,
+        domains: false,
     };
     let run = |dst: &'static str| {
         let frame = if dst.contains(':') {
@@ -747,6 +750,7 @@ fn a_zero_length_frame_is_refused_by_the_kernel() {
         FilterFlags {
             default_deny: true,
             observe: true,
+            domains: false,
         },
     );
     // The kernel needs at least an Ethernet header; the program never runs.
@@ -810,6 +814,7 @@ fn a_set_of_100k_prefixes_fits() {
         FilterFlags {
             default_deny: true,
             observe: false,
+            domains: false,
         },
     );
     // 100,000 /32s from 10.0.0.0 up, and 2,000 IPv6 /64s.

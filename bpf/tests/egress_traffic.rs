@@ -17,6 +17,9 @@
 // The helpers are test code too: a panic there is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/dnsmsg.rs"]
+mod dnsmsg;
+
 use std::fs;
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -26,7 +29,9 @@ use std::time::{Duration, Instant};
 
 use kyverno_runtime_bpf::cgroup_attach::{cgroup_id, CgroupAttachments, CgroupLink};
 use kyverno_runtime_bpf::dns::{DnsObserver, DnsQuestion};
-use kyverno_runtime_bpf::egress::{EgressFilter, FilterFlags, Prefix, Stats, Verdict};
+use kyverno_runtime_bpf::egress::{
+    Domain, DomainVerdicts, EgressFilter, FilterFlags, Prefix, Stats, Verdict, DNS_TTL_MIN,
+};
 use kyverno_runtime_bpf::protocol::{
     ProtoFlags, ProtoKey, Protocol, ProtocolClassifier, Verdict as ProtoVerdict,
 };
@@ -102,11 +107,55 @@ enum Outcome {
     /// The kernel refused the send or connect with an error (UDP: EPERM
     /// from the egress hook's drop).
     Refused,
+    /// `resolve`: no answer with an A record arrived.
+    NoAnswer,
 }
 
 const EXIT_DONE: i32 = 0;
 const EXIT_TIMED_OUT: i32 = 10;
 const EXIT_REFUSED: i32 = 11;
+/// `resolve`: no answer (or no A record in it) arrived.
+const EXIT_NO_ANSWER: i32 = 12;
+
+/// The child's TCP connect: an [`Outcome`] exit code.
+fn connect_code(addr: SocketAddr, payload: &[u8]) -> i32 {
+    match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+        Ok(mut s) => {
+            if !payload.is_empty() {
+                s.write_all(payload).unwrap();
+            }
+            // Keep the connection until the parent has looked at what
+            // arrived and closed its side (or gave up).
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut sink = [0u8; 64];
+            let _ = s.read(&mut sink);
+            EXIT_DONE
+        }
+        Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => EXIT_TIMED_OUT,
+        Err(e) => {
+            eprintln!("child: connect {addr}: {e}");
+            EXIT_REFUSED
+        }
+    }
+}
+
+/// The child's `resolve`: asks the resolver at `resolver` for `name`'s A
+/// record, as a stub resolver does (one UDP datagram, one answer), then
+/// connects to the answered address on `port`.
+fn resolve_then_connect(resolver: SocketAddr, name: &str, port: u16) -> i32 {
+    let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    s.set_read_timeout(Some(RECV_TIMEOUT)).unwrap();
+    s.send_to(&dnsmsg::query(0x6b72, name, dnsmsg::TYPE_A), resolver)
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let Ok((n, _)) = s.recv_from(&mut buf) else {
+        return EXIT_NO_ANSWER;
+    };
+    let Some(addr) = dnsmsg::first_a(&buf[..n]) else {
+        return EXIT_NO_ANSWER;
+    };
+    connect_code(SocketAddr::from((addr, port)), b"")
+}
 
 /// The child's side: not a test unless [`CHILD_ENV`] is set, when it joins
 /// the cgroup, does its one operation and exits with an [`Outcome`] code.
@@ -130,26 +179,13 @@ fn traffic_child() {
     .unwrap();
     let addr: SocketAddr = addr.parse().unwrap();
     let code = match op {
-        "tcp" => match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-            Ok(mut s) => {
-                if !payload.is_empty() {
-                    s.write_all(&payload).unwrap();
-                }
-                // Keep the connection until the parent has looked at what
-                // arrived and closed its side (or gave up).
-                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                let mut sink = [0u8; 64];
-                let _ = s.read(&mut sink);
-                EXIT_DONE
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => {
-                EXIT_TIMED_OUT
-            }
-            Err(e) => {
-                eprintln!("child: connect {addr}: {e}");
-                EXIT_REFUSED
-            }
-        },
+        "tcp" => connect_code(addr, &payload),
+        "resolve" => {
+            // The payload is "<name> <port>".
+            let text = String::from_utf8(payload).unwrap();
+            let (name, port) = text.split_once(' ').unwrap();
+            resolve_then_connect(addr, name, port.parse().unwrap())
+        }
         "udp" => {
             let local: SocketAddr = if addr.is_ipv4() {
                 (Ipv4Addr::LOCALHOST, 0).into()
@@ -205,6 +241,7 @@ fn outcome_of(child: std::process::Child) -> Outcome {
         Some(EXIT_DONE) => Outcome::Done,
         Some(EXIT_TIMED_OUT) => Outcome::TimedOut,
         Some(EXIT_REFUSED) => Outcome::Refused,
+        Some(EXIT_NO_ANSWER) => Outcome::NoAnswer,
         _ => panic!("traffic child failed: {status}"),
     }
 }
@@ -233,6 +270,7 @@ fn tcp_connects(cg: &TempCgroup, ip: IpAddr) -> bool {
     match outcome_of(child) {
         Outcome::Done => true,
         Outcome::TimedOut | Outcome::Refused => false,
+        Outcome::NoAnswer => panic!("a tcp child does not resolve"),
     }
 }
 
@@ -380,6 +418,7 @@ fn default_deny_passes_only_the_allow_list() {
     let flags = FilterFlags {
         default_deny: true,
         observe: false,
+        domains: false,
     };
     let e = Egress::new("dd", &["127.0.0.2/32", "::1/128"], &[], flags);
     e.expect("127.0.0.2", true);
@@ -395,6 +434,7 @@ fn an_explicit_deny_beats_a_wider_allow() {
     let flags = FilterFlags {
         default_deny: true,
         observe: false,
+        domains: false,
     };
     let e = Egress::new("deny-beats", &["127.0.0.0/8"], &["127.0.0.5/32"], flags);
     e.expect("127.0.0.4", true);
@@ -406,6 +446,7 @@ fn observation_counts_real_destinations() {
     let flags = FilterFlags {
         default_deny: false,
         observe: true,
+        domains: false,
     };
     let e = Egress::new("observe", &[], &["127.0.0.6/32"], flags);
     e.expect("127.0.0.6", false);
@@ -626,4 +667,273 @@ fn questions_to_a_loopback_resolver_are_decoded() {
         reader.poll_questions(Duration::from_millis(200)).unwrap(),
         []
     );
+}
+
+// ---- the DNS answer snooper ---------------------------------------------------------
+
+/// A resolver on `<addr>:53`, in this process (whose cgroup nothing
+/// filters): answers an A question for a name of its table with that
+/// address and TTL, anything else with NXDOMAIN. Stopped on drop.
+struct Resolver {
+    addr: SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Resolver {
+    fn start(ip: Ipv4Addr, table: &[(&str, Ipv4Addr, u32)]) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let sock = UdpSocket::bind((ip, 53)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let addr = sock.local_addr().unwrap();
+        let table: Vec<(String, Ipv4Addr, u32)> = table
+            .iter()
+            .map(|(n, a, t)| ((*n).to_owned(), *a, *t))
+            .collect();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while !stopping.load(Ordering::Relaxed) {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                let Some(name) = dnsmsg::question_name(&buf[..n]) else {
+                    continue;
+                };
+                let id = u16::from_be_bytes([buf[0], buf[1]]);
+                let mut r = match table.iter().find(|(t, _, _)| *t == name) {
+                    Some((_, a, ttl)) => {
+                        let mut r = dnsmsg::Response::new(&name, dnsmsg::TYPE_A);
+                        r.a(&dnsmsg::ptr(dnsmsg::QNAME_AT), *ttl, *a);
+                        r
+                    }
+                    None => dnsmsg::Response::new(&name, dnsmsg::TYPE_A).rcode(3),
+                };
+                r.bytes[..2].copy_from_slice(&id.to_be_bytes());
+                let _ = sock.send_to(&r.bytes, from);
+            }
+        });
+        Self {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Resolver {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A child in `cg` resolves `name` through `resolver`, then connects to
+/// the answered address (where a listener on `answer` waits): whether it
+/// connected.
+fn resolves_and_connects(cg: &TempCgroup, resolver: &Resolver, name: &str, answer: IpAddr) -> bool {
+    let listener = TcpListener::bind((answer, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let child = spawn_child(
+        cg,
+        "resolve",
+        resolver.addr,
+        format!("{name} {port}").as_bytes(),
+    );
+    listener.set_nonblocking(true).unwrap();
+    let mut accepted = None;
+    let deadline = Instant::now() + RECV_TIMEOUT + CONNECT_TIMEOUT + Duration::from_secs(1);
+    while accepted.is_none() && Instant::now() < deadline {
+        match listener.accept() {
+            Ok((s, _)) => accepted = Some(s),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+    drop(accepted);
+    match outcome_of(child) {
+        Outcome::Done => true,
+        Outcome::TimedOut | Outcome::Refused => false,
+        Outcome::NoAnswer => panic!("{name}: no answer reached the child"),
+    }
+}
+
+/// A filter with its snooper attached to a fresh cgroup, in the order the
+/// agent attaches them: the snooper, then the set and flags, then the
+/// filter. Detached in the reverse order on drop.
+struct Snooped {
+    filter: EgressFilter,
+    cg: TempCgroup,
+    links: Option<(CgroupLink, CgroupLink)>,
+}
+
+impl Snooped {
+    fn new(
+        tag: &str,
+        allow: &[&str],
+        domains: &[(&str, DomainVerdicts)],
+        flags: FilterFlags,
+    ) -> Self {
+        let filter = EgressFilter::load().unwrap();
+        if let Some(e) = filter.snoop_error() {
+            panic!("the snooper did not load: {e}");
+        }
+        for p in allow {
+            filter
+                .insert(SET, Verdict::Allow, p.parse::<Prefix>().unwrap())
+                .unwrap();
+        }
+        for (i, (name, verdicts)) in domains.iter().enumerate() {
+            filter
+                .set_domain(
+                    SET,
+                    &Domain::new(name).unwrap(),
+                    *verdicts,
+                    u32::try_from(i + 1).unwrap(),
+                )
+                .unwrap();
+        }
+        let cg = TempCgroup::new(tag);
+        let snoop = filter.attach_snoop(&cg.0).unwrap();
+        assert_eq!(snoop.program(), "krt_dns_snoop");
+        let egress = filter.attach_cgroup(&cg.0, SET, flags).unwrap();
+        Self {
+            filter,
+            cg,
+            links: Some((egress, snoop)),
+        }
+    }
+}
+
+impl Drop for Snooped {
+    fn drop(&mut self) {
+        if let Some((egress, snoop)) = self.links.take() {
+            assert!(self.filter.detach_cgroup(egress).unwrap());
+            self.filter.release_snoop(snoop).unwrap();
+        }
+    }
+}
+
+#[test]
+fn an_answered_address_opens_a_default_deny_until_its_ttl_ends() {
+    let allowed = Ipv4Addr::new(127, 0, 0, 20);
+    let other = Ipv4Addr::new(127, 0, 0, 21);
+    let resolver = Resolver::start(
+        Ipv4Addr::new(127, 0, 1, 53),
+        &[("allowed.test", allowed, 1), ("other.test", other, 300)],
+    );
+    let allow = DomainVerdicts {
+        allow: true,
+        deny: false,
+    };
+    let flags = FilterFlags {
+        default_deny: true,
+        observe: false,
+        domains: true,
+    };
+    // The resolver itself is an address the policy allows.
+    let s = Snooped::new(
+        "snoop-dd",
+        &["127.0.1.53/32"],
+        &[("allowed.test", allow)],
+        flags,
+    );
+
+    assert!(
+        !tcp_connects(&s.cg, IpAddr::V4(allowed)),
+        "before any answer the default deny holds"
+    );
+    let resolved = Instant::now();
+    assert!(
+        resolves_and_connects(&s.cg, &resolver, "allowed.test", IpAddr::V4(allowed)),
+        "the answer for allowed.test opens its address, before the first connect"
+    );
+    assert!(
+        !resolves_and_connects(&s.cg, &resolver, "other.test", IpAddr::V4(other)),
+        "an address answered for a name no policy allows stays dropped"
+    );
+    let snoop = s.filter.read_snoop_stats().unwrap();
+    assert_eq!(
+        (
+            snoop.responses,
+            snoop.learned,
+            snoop.unnamed,
+            snoop.unreadable()
+        ),
+        (2, 1, 1, 0),
+        "{snoop:?}"
+    );
+    let learned = s.filter.learned().unwrap();
+    assert_eq!(learned.len(), 1, "{learned:?}");
+    assert_eq!(learned[0].addr, IpAddr::V4(allowed));
+
+    // The answer's TTL of 1 s counts for the 5 s minimum; then the
+    // address is dropped again.
+    let deadline = resolved + DNS_TTL_MIN + Duration::from_secs(5);
+    while s
+        .filter
+        .learned()
+        .unwrap()
+        .iter()
+        .any(|l| l.remaining.is_some())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the learned address never expired"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let expired_after = resolved.elapsed();
+    assert!(
+        !tcp_connects(&s.cg, IpAddr::V4(allowed)),
+        "after the TTL the default deny holds again"
+    );
+    let stats = s.filter.read_stats().unwrap();
+    assert!(
+        stats.learned_hits >= 1 && stats.learned_expired >= 1,
+        "{stats:?}"
+    );
+    println!(
+        "allowed.test learned and connected; other.test dropped; expired {expired_after:?} after the answer (TTL 1 s, minimum {DNS_TTL_MIN:?}); snooper {snoop:?}"
+    );
+}
+
+#[test]
+fn a_deny_by_domain_drops_the_answered_address() {
+    let denied = Ipv4Addr::new(127, 0, 0, 22);
+    let resolver = Resolver::start(
+        Ipv4Addr::new(127, 0, 2, 53),
+        &[("denied.test", denied, 300)],
+    );
+    let deny = DomainVerdicts {
+        allow: false,
+        deny: true,
+    };
+    let flags = FilterFlags {
+        default_deny: false,
+        observe: false,
+        domains: true,
+    };
+    let s = Snooped::new("snoop-deny", &[], &[("denied.test", deny)], flags);
+    assert!(
+        tcp_connects(&s.cg, IpAddr::V4(denied)),
+        "nothing denies the address before it is answered for denied.test"
+    );
+    assert!(
+        !resolves_and_connects(&s.cg, &resolver, "denied.test", IpAddr::V4(denied)),
+        "the answer for denied.test denies its address"
+    );
+    assert!(
+        !tcp_connects(&s.cg, IpAddr::V4(denied)),
+        "and it stays denied"
+    );
+    let stats = s.filter.read_stats().unwrap();
+    assert!(stats.denied >= 2 && stats.learned_hits >= 2, "{stats:?}");
+    assert_eq!(s.filter.read_snoop_stats().unwrap().learned, 1);
 }

@@ -20,19 +20,38 @@
 //!
 //! A cgroup's first binding programs its set and flags, *then* attaches
 //! the program to the cgroup's directory (which the manager registers
-//! through [`CgroupPaths`]); its last unbinding revokes it from the filter
-//! map, *then* detaches, then clears the set. Within a change the backend
+//! through [`CgroupPaths`]); the DNS answer snooper is attached before
+//! both (it is gated by the filter map, so it does nothing until the
+//! cgroup is in it). Its last unbinding revokes it from the filter map,
+//! *then* detaches the filter, then the snooper, then clears the set and
+//! forgets what the set learned (set ids are reused). Within a change the backend
 //! tightens first and loosens last: deny entries added, allow entries
 //! removed, default deny raised, allow entries added, flags lowered, deny
 //! entries removed.
 //!
 //! # Values
 //!
-//! A network value is an address or a CIDR of any length ([`Prefix`]).
-//! Service names and other domain names need name resolution, which is not
-//! supported yet: they are refused as [`EgressRejection`]s with their field
-//! path, counted ([`EgressManager::rejected_total`]) and kept for the
-//! policy's status, never dropped silently.
+//! A network value is an address or a CIDR of any length, a cluster
+//! Service, or a domain name ([`compile_network`]):
+//!
+//! - addresses and CIDRs are [`Destination::Prefix`]es in the tries;
+//! - a Service (`<name>.<namespace>.svc[.<cluster domain>]`) is resolved
+//!   by the manager to the addresses the API gives it (ClusterIPs and
+//!   EndpointSlice endpoints, see [`crate::names`]) and programmed as
+//!   their host prefixes, following the Service as it changes;
+//! - any other name is a [`Destination::Domain`] of the set: the kernel's
+//!   DNS answer snooper learns its addresses from the answers to the
+//!   pod's own questions, and the filter treats an unexpired learned
+//!   address like an entry of the name's side. That is a convenience,
+//!   not a containment boundary: DNS over TCP, TLS or HTTPS teaches
+//!   nothing, nor does an answer cached before the policy, and an address
+//!   shared with other names is allowed or denied for all of them (a
+//!   deny by domain is best effort).
+//!
+//! A value that cannot be programmed (invalid, or a domain on a node
+//! whose kernel refused the snooper) is refused as an [`EgressRejection`]
+//! with its field path, counted ([`EgressManager::rejected_total`]) and
+//! kept for the policy's status, never dropped silently.
 //!
 //! # Restarts
 //!
@@ -93,15 +112,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kyverno_runtime_bpf::cgroup_attach::CgroupLink;
+use kyverno_runtime_bpf::dns::name::EncodeError;
 use kyverno_runtime_bpf::egress::{
-    self as bpf, EgressError, EgressFilter, FilterFlags, LedgerKind, PinOutcome, PinnedState,
-    Prefix, Verdict,
+    self as bpf, Domain, DomainVerdicts, EgressError, EgressFilter, FilterFlags, Learned,
+    LedgerKind, PinOutcome, PinnedState, Prefix, Verdict,
 };
 use kyverno_runtime_compat::{Backend, Behavior};
 use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_policy::values::{parse_network, NetworkTarget, Reason, ValueError, STAR};
 
 use crate::fake::FakeEnforcer;
+use crate::names::{ServiceAddresses, ServiceName};
 use crate::openexec::{BehaviorLists, Mode, Step};
 use crate::seam::{
     CgroupId, Decision, EnforceError, Enforcer, Held, Observation, PolicyId, Program, ProgramDiff,
@@ -110,19 +131,44 @@ use crate::seam::{
 
 const BEHAVIOR: &str = "network";
 
+/// The snooper's program, as its links name it.
+const SNOOP_PROGRAM: &str = "krt_dns_snoop";
+
 // ---- values -------------------------------------------------------------------------
+
+/// One destination a policy's network entry names, as the backend
+/// programs it: a prefix into the tries, or a domain into the set's
+/// domains, whose addresses the snooper learns from the pod's DNS
+/// answers. A Service never reaches the backend: the manager programs the
+/// prefixes of its addresses.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Destination {
+    /// An address or a network of any prefix length.
+    Prefix(Prefix),
+    /// A domain name (exact: no wildcard).
+    Domain(Domain),
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Destination::Prefix(p) => write!(f, "{p}"),
+            Destination::Domain(d) => write!(f, "{d}"),
+        }
+    }
+}
 
 /// Why a network value was not programmed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RejectReason {
     /// The value is not a valid network value (the parser's reason).
     Invalid(Reason),
-    /// A cluster Service name (`name.namespace.svc`): its addresses would
-    /// come from the API, which this backend does not follow yet.
-    ServiceNeedsResolution,
-    /// A domain name: its addresses would be learned from DNS answers,
-    /// which this backend does not snoop yet.
-    DomainNeedsResolution,
+    /// A domain whose wire form the kernel's 128-byte name key cannot hold
+    /// (a DNS answer for it could never be matched).
+    DomainTooLong(EncodeError),
+    /// A domain, on a node whose kernel refused the DNS answer snooper
+    /// that learns domains' addresses (the reason).
+    DomainsUnavailable(String),
 }
 
 /// A network value the kernel map cannot hold: where it was, what it was
@@ -145,15 +191,6 @@ impl EgressRejection {
             reason: RejectReason::Invalid(e.reason),
         }
     }
-
-    /// Whether it was refused only because names are not resolved yet
-    /// (the value itself is well-formed).
-    pub fn needs_name_resolution(&self) -> bool {
-        matches!(
-            self.reason,
-            RejectReason::ServiceNeedsResolution | RejectReason::DomainNeedsResolution
-        )
-    }
 }
 
 impl fmt::Display for EgressRejection {
@@ -166,71 +203,138 @@ impl fmt::Display for EgressRejection {
                     self.path, self.value
                 )
             }
-            RejectReason::ServiceNeedsResolution => write!(
+            RejectReason::DomainTooLong(e) => write!(
                 f,
-                "{}: Service {:?} needs name resolution (not yet supported)",
+                "{}: domain {:?} is not programmed: {e}",
                 self.path, self.value
             ),
-            RejectReason::DomainNeedsResolution => write!(
+            RejectReason::DomainsUnavailable(why) => write!(
                 f,
-                "{}: domain {:?} needs name resolution (not yet supported)",
+                "{}: domain {:?} is not programmed: this node cannot learn domain addresses ({why})",
                 self.path, self.value
             ),
         }
     }
 }
 
-/// The [`Prefix`] a parsed network value programs, or why it cannot.
-fn prefix_of(target: &NetworkTarget, path: &str, value: &str) -> Result<Prefix, EgressRejection> {
+/// What the compiler of a `network` behavior needs to know besides the
+/// lists: the Services' addresses, and whether this node can serve
+/// domains.
+#[derive(Clone, Copy, Debug)]
+pub struct NameContext<'a> {
+    /// The Services the API reported.
+    pub services: &'a ServiceAddresses,
+    /// `Err(why)` when domains cannot be served (the kernel refused the
+    /// DNS answer snooper).
+    pub domains: std::result::Result<(), &'a str>,
+}
+
+/// A `network` behavior compiled for the backend.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompiledNetwork {
+    /// The program, `None` when there is nothing to hold.
+    pub program: Option<Program<Destination>>,
+    /// The values refused, in list order.
+    pub rejections: Vec<EgressRejection>,
+    /// Every Service the lists name (in enforce mode, each one's
+    /// addresses are in the program).
+    pub services: BTreeSet<ServiceName>,
+    /// The named Services with no address yet (absent, or without
+    /// endpoints): they resolve to nothing until they have one.
+    pub unresolved: BTreeSet<ServiceName>,
+}
+
+/// Adds what one parsed value programs to `side`: its prefix, its
+/// Service's addresses, or its domain; or says why it cannot.
+fn program_value(
+    target: NetworkTarget,
+    names: &NameContext<'_>,
+    out: &mut CompiledNetwork,
+    side: &mut BTreeSet<Destination>,
+    path: &str,
+    value: &str,
+) -> Result<(), EgressRejection> {
     let reject = |reason| EgressRejection {
         path: path.to_owned(),
         value: value.to_owned(),
         reason,
     };
     match target {
-        NetworkTarget::Ip(addr) => Ok(Prefix::host(*addr)),
-        NetworkTarget::Cidr(c) => Prefix::new(c.addr(), c.prefix_len())
-            // The policy crate checked the length against the family.
-            .map_err(|_| reject(RejectReason::Invalid(Reason::BadCidrAddress))),
-        NetworkTarget::Service { .. } => Err(reject(RejectReason::ServiceNeedsResolution)),
-        NetworkTarget::Domain(_) => Err(reject(RejectReason::DomainNeedsResolution)),
+        NetworkTarget::Ip(addr) => {
+            side.insert(Destination::Prefix(Prefix::host(addr)));
+        }
+        NetworkTarget::Cidr(c) => {
+            let p = Prefix::new(c.addr(), c.prefix_len())
+                // The policy crate checked the length against the family.
+                .map_err(|_| reject(RejectReason::Invalid(Reason::BadCidrAddress)))?;
+            side.insert(Destination::Prefix(p));
+        }
+        NetworkTarget::Service { name, namespace } => {
+            let service = ServiceName { namespace, name };
+            match names.services.get(&service) {
+                Some(addrs) if !addrs.is_empty() => {
+                    side.extend(addrs.iter().map(|a| Destination::Prefix(Prefix::host(*a))))
+                }
+                _ => {
+                    out.unresolved.insert(service.clone());
+                }
+            }
+            out.services.insert(service);
+        }
+        NetworkTarget::Domain(name) => {
+            if let Err(why) = names.domains {
+                return Err(reject(RejectReason::DomainsUnavailable(why.to_owned())));
+            }
+            let d = Domain::new(&name).map_err(|e| reject(RejectReason::DomainTooLong(e)))?;
+            side.insert(Destination::Domain(d));
+        }
         // Handled by the caller (alone in deny it is the default deny).
-        NetworkTarget::Any => Err(reject(RejectReason::Invalid(Reason::StarNotAlone))),
+        NetworkTarget::Any => return Err(reject(RejectReason::Invalid(Reason::StarNotAlone))),
     }
+    Ok(())
 }
 
-/// Compiles a `network` behavior's lists for `mode`: the program (none when
-/// there is nothing to hold) and the values refused, in list order.
+/// Compiles a `network` behavior's lists for `mode`, resolving Services
+/// from `names.services`: the program (none when there is nothing to
+/// hold), the values refused in list order, and the Services named.
 ///
 /// Monitor mode parses the values too (their rejections belong on the
 /// status either way) but programs [`Program::Observe`].
 pub fn compile_network(
     mode: Mode,
     lists: Option<&BehaviorLists>,
-) -> (Option<Program<Prefix>>, Vec<EgressRejection>) {
+    names: &NameContext<'_>,
+) -> CompiledNetwork {
+    let mut out = CompiledNetwork::default();
     let Some(lists) = lists else {
-        return (None, Vec::new());
+        return out;
     };
-    let mut rejections = Vec::new();
     let mut rules = Rules::default();
     let allow_at = lists.field.field("allow");
     for value in &lists.allow {
         if value == STAR {
-            rejections.push(EgressRejection::invalid(ValueError::new(
-                &allow_at,
-                value,
-                Reason::StarInAllow,
-            )));
+            out.rejections
+                .push(EgressRejection::invalid(ValueError::new(
+                    &allow_at,
+                    value,
+                    Reason::StarInAllow,
+                )));
             continue;
         }
-        match parse_network(value, &allow_at)
+        let programmed = parse_network(value, &allow_at)
             .map_err(EgressRejection::invalid)
-            .and_then(|t| prefix_of(&t, allow_at.as_str(), value))
-        {
-            Ok(p) => {
-                rules.allow.insert(p);
-            }
-            Err(r) => rejections.push(r),
+            .and_then(|t| {
+                program_value(
+                    t,
+                    names,
+                    &mut out,
+                    &mut rules.allow,
+                    allow_at.as_str(),
+                    value,
+                )
+            });
+        if let Err(r) = programmed {
+            out.rejections.push(r);
         }
     }
     let deny_at = lists.field.field("deny");
@@ -239,32 +343,37 @@ pub fn compile_network(
             if lists.deny.len() == 1 {
                 rules.default_deny = true;
             } else {
-                rejections.push(EgressRejection::invalid(ValueError::new(
-                    &deny_at,
-                    value,
-                    Reason::StarNotAlone,
-                )));
+                out.rejections
+                    .push(EgressRejection::invalid(ValueError::new(
+                        &deny_at,
+                        value,
+                        Reason::StarNotAlone,
+                    )));
             }
             continue;
         }
-        match parse_network(value, &deny_at)
+        let programmed = parse_network(value, &deny_at)
             .map_err(EgressRejection::invalid)
-            .and_then(|t| prefix_of(&t, deny_at.as_str(), value))
-        {
-            Ok(p) => {
-                rules.deny.insert(p);
-            }
-            Err(r) => rejections.push(r),
+            .and_then(|t| {
+                program_value(t, names, &mut out, &mut rules.deny, deny_at.as_str(), value)
+            });
+        if let Err(r) = programmed {
+            out.rejections.push(r);
         }
     }
-    let program = match mode {
+    out.program = match mode {
         Mode::Monitor => Some(Program::Observe),
-        Mode::Enforce if rules.allow.is_empty() && rules.deny.is_empty() && !rules.default_deny => {
+        Mode::Enforce
+            if rules.allow.is_empty()
+                && rules.deny.is_empty()
+                && !rules.default_deny
+                && out.services.is_empty() =>
+        {
             None
         }
         Mode::Enforce => Some(Program::Enforce(rules)),
     };
-    (program, rejections)
+    out
 }
 
 // ---- the kernel side ------------------------------------------------------------------
@@ -291,6 +400,27 @@ pub trait CgroupPaths {
 impl<V: Ord> CgroupPaths for FakeEnforcer<V> {
     fn set_cgroup_path(&mut self, _: CgroupId, _: PathBuf) {}
     fn forget_cgroup_path(&mut self, _: CgroupId) {}
+}
+
+/// What the manager asks a backend about domains.
+pub trait DomainSupport {
+    /// `Err(why)` when domains cannot be programmed here (the kernel
+    /// refused the DNS answer snooper): a domain value is then refused.
+    fn domains_available(&self) -> std::result::Result<(), String>;
+
+    /// The unexpired addresses DNS answers for `domain` taught any set.
+    fn learned_addresses(&self, domain: &Domain) -> Result<BTreeSet<IpAddr>>;
+}
+
+/// The reference model takes domains as values and learns nothing.
+impl<V: Ord> DomainSupport for FakeEnforcer<V> {
+    fn domains_available(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn learned_addresses(&self, _: &Domain) -> Result<BTreeSet<IpAddr>> {
+        Ok(BTreeSet::new())
+    }
 }
 
 /// The kernel operations the backend needs: the egress filter's maps and
@@ -370,6 +500,56 @@ pub trait EgressKernel: Send {
     fn release_stale(&mut self) -> Result<usize, EgressError> {
         Ok(0)
     }
+
+    /// `Err(why)` when the kernel cannot serve domains (it refused the
+    /// DNS answer snooper). A kernel without a snooper serves none.
+    fn domains_available(&self) -> std::result::Result<(), String> {
+        Err("this kernel backend has no DNS answer snooper".to_owned())
+    }
+
+    /// Puts `domain` on the sides `verdicts` of set `set_id` (none:
+    /// removes it), with the backend's number for the name.
+    fn set_domain(
+        &mut self,
+        set_id: u32,
+        domain: &Domain,
+        verdicts: DomainVerdicts,
+        name_id: u32,
+    ) -> Result<(), EgressError> {
+        let _ = (set_id, domain, verdicts, name_id);
+        Ok(())
+    }
+
+    /// Forgets the addresses set `set_id` learned (only from name
+    /// `name_id`, when given).
+    fn forget_learned(&mut self, set_id: u32, name_id: Option<u32>) -> Result<(), EgressError> {
+        let _ = (set_id, name_id);
+        Ok(())
+    }
+
+    /// What the sets learned from DNS answers.
+    fn learned(&self) -> Result<Vec<Learned>, EgressError> {
+        Ok(Vec::new())
+    }
+
+    /// Attaches the snooper to an attached cgroup that lacks it (an
+    /// adopted cgroup whose snooper link is gone); a no-op otherwise.
+    fn ensure_snoop(&mut self, cgroup: CgroupId, path: &Path) -> Result<(), EgressError> {
+        let _ = (cgroup, path);
+        Ok(())
+    }
+
+    /// Records or removes one domain of a policy in the ledger.
+    fn ledger_domain_rule(
+        &mut self,
+        policy: &[u8],
+        verdict: Verdict,
+        domain: &Domain,
+        present: bool,
+    ) -> Result<(), EgressError> {
+        let _ = (policy, verdict, domain, present);
+        Ok(())
+    }
 }
 
 /// What an [`EgressKernel`] adopted from pins an earlier process left.
@@ -383,14 +563,17 @@ pub struct Adopted {
 }
 
 /// The real kernel: one loaded [`EgressFilter`] and its links, keyed by
-/// cgroup id.
+/// cgroup id: the filter's, and the DNS answer snooper's (attached first,
+/// released last, to every filtered cgroup while the snooper is loaded).
 #[derive(Debug)]
 pub struct KernelEgress {
     filter: EgressFilter,
     links: BTreeMap<CgroupId, CgroupLink>,
+    snoop_links: BTreeMap<CgroupId, CgroupLink>,
     /// Pinned links a previous process left that this state does not
-    /// serve (see [`bpf::PinnedLinks::stale`]).
-    stale: BTreeMap<CgroupId, CgroupLink>,
+    /// serve (see [`bpf::PinnedLinks::stale`]), the filter's and the
+    /// snooper's.
+    stale: Vec<CgroupLink>,
     /// Whether the ledger is kept (only with pins: without them nothing
     /// outlives the process, and the writes would be wasted).
     ledger: bool,
@@ -401,13 +584,23 @@ impl KernelEgress {
     /// Loads the filter (root needed), unpinned: everything goes with the
     /// process.
     pub fn load() -> Result<Self, EgressError> {
-        Ok(Self {
+        let k = Self {
             filter: EgressFilter::load()?,
             links: BTreeMap::new(),
-            stale: BTreeMap::new(),
+            snoop_links: BTreeMap::new(),
+            stale: Vec::new(),
             ledger: false,
             mutations: 0,
-        })
+        };
+        k.log_snoop();
+        Ok(k)
+    }
+
+    /// Says, once at load, when domains cannot be served here.
+    fn log_snoop(&self) {
+        if let Some(e) = self.filter.snoop_error() {
+            tracing::warn!(error = %e, "egress: the DNS answer snooper did not load; network values naming domains are refused on this node");
+        }
     }
 
     /// Loads the filter pinned under `dir` (a bpffs directory, created if
@@ -435,21 +628,24 @@ impl KernelEgress {
                 "egress: nothing pinned yet"
             ),
         }
-        Ok(Self {
+        let k = Self {
             filter,
             links: pinned
                 .adopted
                 .into_iter()
                 .map(|l| (l.cgroup_id(), l))
                 .collect(),
-            stale: pinned
-                .stale
+            snoop_links: pinned
+                .snoop_adopted
                 .into_iter()
                 .map(|l| (l.cgroup_id(), l))
                 .collect(),
+            stale: pinned.stale.into_iter().chain(pinned.snoop_stale).collect(),
             ledger: true,
             mutations: 0,
-        })
+        };
+        k.log_snoop();
+        Ok(k)
     }
 
     /// The loaded filter (its stats, for metrics; its pin outcome).
@@ -461,6 +657,59 @@ impl KernelEgress {
     /// pin: the kernel does not record the directory).
     pub fn attached(&self) -> impl Iterator<Item = &Path> {
         self.links.values().map(CgroupLink::path)
+    }
+
+    /// The cgroups the snooper is attached to.
+    pub fn snooped(&self) -> impl Iterator<Item = CgroupId> + '_ {
+        self.snoop_links.keys().copied()
+    }
+
+    /// Attaches the snooper to `path` unless it is attached there or not
+    /// loaded.
+    fn attach_snoop(&mut self, cgroup: CgroupId, path: &Path) -> Result<(), EgressError> {
+        if self.snoop_links.contains_key(&cgroup) || self.filter.snoop_error().is_some() {
+            return Ok(());
+        }
+        self.count();
+        let link = self.filter.attach_snoop(path)?;
+        if link.cgroup_id() != cgroup {
+            let attached_id = link.cgroup_id();
+            let _ = self.filter.release_snoop(link);
+            return Err(EgressError::Layout {
+                map: "cgroup_filters",
+                what: format!(
+                    "path {} is cgroup {attached_id}, not {cgroup}",
+                    path.display()
+                ),
+            });
+        }
+        self.snoop_links.insert(cgroup, link);
+        self.release_stale_of(cgroup)
+    }
+
+    /// Closes the stale links of `cgroup` whose pins new links replaced.
+    fn release_stale_of(&mut self, cgroup: CgroupId) -> Result<(), EgressError> {
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.stale).into_iter().partition(|l| {
+                let replaced = if l.program() == SNOOP_PROGRAM {
+                    self.snoop_links.contains_key(&cgroup)
+                } else {
+                    self.links.contains_key(&cgroup)
+                };
+                l.cgroup_id() == cgroup && replaced
+            });
+        self.stale = rest;
+        let mut first = Ok(());
+        for old in mine {
+            // Its pin was just replaced by the new link's: closing it
+            // detaches the old program.
+            if let Err(e) = self.filter.release_link(old) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
     }
 
     /// How many stale links (see [`bpf::PinnedLinks::stale`]) are held.
@@ -501,8 +750,22 @@ impl EgressKernel for KernelEgress {
         if self.links.contains_key(&cgroup) {
             return Ok(());
         }
+        // The snooper first: it does nothing until the cgroup is in the
+        // filter map, and from then on no answer is missed.
+        let snooping = self.snoop_links.contains_key(&cgroup);
+        self.attach_snoop(cgroup, path)?;
         self.count();
-        let link = self.filter.attach_cgroup(path, set_id, flags)?;
+        let link = match self.filter.attach_cgroup(path, set_id, flags) {
+            Ok(link) => link,
+            Err(e) => {
+                // Not filtered after all: a snooper attached just now goes
+                // too (best effort; the attach error is the one to report).
+                if let (false, Some(snoop)) = (snooping, self.snoop_links.remove(&cgroup)) {
+                    let _ = self.filter.release_snoop(snoop);
+                }
+                return Err(e);
+            }
+        };
         if link.cgroup_id() != cgroup {
             // The path names another cgroup (recreated, or a stale path):
             // undo, or the wrong cgroup would be filtered.
@@ -517,12 +780,7 @@ impl EgressKernel for KernelEgress {
             });
         }
         self.links.insert(cgroup, link);
-        if let Some(old) = self.stale.remove(&cgroup) {
-            // Its pin was just replaced by the new link's: closing it
-            // detaches the old program.
-            self.filter.release_link(old)?;
-        }
-        Ok(())
+        self.release_stale_of(cgroup)
     }
 
     fn set_flags(
@@ -538,10 +796,16 @@ impl EgressKernel for KernelEgress {
     fn detach(&mut self, cgroup: CgroupId) -> Result<(), EgressError> {
         self.count();
         match self.links.remove(&cgroup) {
-            Some(link) => self.filter.detach_cgroup(link).map(|_| ()),
+            Some(link) => self.filter.detach_cgroup(link).map(|_| ())?,
             // Never attached: make sure no map entry is left either.
-            None => self.filter.remove_cgroup(cgroup).map(|_| ()),
+            None => self.filter.remove_cgroup(cgroup).map(|_| ())?,
         }
+        // Revoked and detached: the snooper goes last.
+        if let Some(link) = self.snoop_links.remove(&cgroup) {
+            self.count();
+            self.filter.release_snoop(link)?;
+        }
+        Ok(())
     }
 
     fn drain(&mut self) -> Result<Vec<bpf::Observation>, EgressError> {
@@ -601,8 +865,9 @@ impl EgressKernel for KernelEgress {
     fn release_stale(&mut self) -> Result<usize, EgressError> {
         let mut released = 0;
         let mut first = Ok(());
-        for (cgroup, link) in std::mem::take(&mut self.stale) {
+        for link in std::mem::take(&mut self.stale) {
             self.count();
+            let cgroup = link.cgroup_id();
             match self.filter.release_link(link) {
                 Ok(()) => released += 1,
                 Err(e) => {
@@ -614,6 +879,55 @@ impl EgressKernel for KernelEgress {
             }
         }
         first.map(|()| released)
+    }
+
+    fn domains_available(&self) -> std::result::Result<(), String> {
+        match self.filter.snoop_error() {
+            None => Ok(()),
+            Some(e) => Err(e.to_string()),
+        }
+    }
+
+    fn set_domain(
+        &mut self,
+        set_id: u32,
+        domain: &Domain,
+        verdicts: DomainVerdicts,
+        name_id: u32,
+    ) -> Result<(), EgressError> {
+        self.count();
+        self.filter.set_domain(set_id, domain, verdicts, name_id)
+    }
+
+    fn forget_learned(&mut self, set_id: u32, name_id: Option<u32>) -> Result<(), EgressError> {
+        self.count();
+        self.filter.forget_learned(set_id, name_id).map(|_| ())
+    }
+
+    fn learned(&self) -> Result<Vec<Learned>, EgressError> {
+        self.filter.learned()
+    }
+
+    fn ensure_snoop(&mut self, cgroup: CgroupId, path: &Path) -> Result<(), EgressError> {
+        if !self.links.contains_key(&cgroup) {
+            return Ok(());
+        }
+        self.attach_snoop(cgroup, path)
+    }
+
+    fn ledger_domain_rule(
+        &mut self,
+        policy: &[u8],
+        verdict: Verdict,
+        domain: &Domain,
+        present: bool,
+    ) -> Result<(), EgressError> {
+        if !self.ledger {
+            return Ok(());
+        }
+        self.count();
+        self.filter
+            .ledger_set_domain_rule(policy, verdict, domain, present)
     }
 }
 
@@ -639,7 +953,61 @@ fn kernel_error(op: String, e: &EgressError) -> EnforceError {
 struct SetState {
     allow: BTreeSet<Prefix>,
     deny: BTreeSet<Prefix>,
+    /// Domains, each on the sides some bound policy puts it.
+    domains: BTreeMap<Domain, DomainVerdicts>,
     flags: FilterFlags,
+}
+
+/// The backend's numbers for domain names (what a learned address carries
+/// to say which name taught it): one per name, the same in every set.
+#[derive(Clone, Debug, Default)]
+struct NameIds {
+    ids: BTreeMap<Domain, u32>,
+    next: u32,
+}
+
+impl NameIds {
+    /// `domain`'s number, assigned on first use (from 1).
+    fn id(&mut self, domain: &Domain) -> u32 {
+        if let Some(id) = self.ids.get(domain) {
+            return *id;
+        }
+        self.next = self.next.wrapping_add(1).max(1);
+        self.ids.insert(domain.clone(), self.next);
+        self.next
+    }
+
+    /// Keeps a number the kernel already holds (adoption).
+    fn adopt(&mut self, domain: &Domain, id: u32) {
+        self.ids.entry(domain.clone()).or_insert(id);
+        self.next = self.next.max(id);
+    }
+
+    /// The number of `domain`, if it has one.
+    fn get(&self, domain: &Domain) -> Option<u32> {
+        self.ids.get(domain).copied()
+    }
+}
+
+/// Writes `domain`'s sides in set `set_id` (none: removes it) and updates
+/// the mirror once the kernel took it.
+fn write_domain<K: EgressKernel>(
+    k: &mut K,
+    ids: &mut NameIds,
+    state: &mut SetState,
+    set_id: u32,
+    domain: &Domain,
+    verdicts: DomainVerdicts,
+    cgroup: CgroupId,
+) -> Result<()> {
+    k.set_domain(set_id, domain, verdicts, ids.id(domain))
+        .map_err(|e| kernel_error(format!("naming {domain} for cgroup {cgroup}"), &e))?;
+    if verdicts.is_empty() {
+        state.domains.remove(domain);
+    } else {
+        state.domains.insert(domain.clone(), verdicts);
+    }
+    Ok(())
 }
 
 /// One cgroup's kernel mirror.
@@ -666,11 +1034,12 @@ pub struct FlagCounts {
 /// [module docs](self)).
 pub struct EgressEnforcer<K = KernelEgress> {
     kernel: K,
-    policies: BTreeMap<PolicyId, Held<Prefix>>,
+    policies: BTreeMap<PolicyId, Held<Destination>>,
     sets: BTreeMap<CgroupId, CgroupSet>,
     paths: BTreeMap<CgroupId, PathBuf>,
     free_set_ids: Vec<u32>,
     next_set_id: u32,
+    name_ids: NameIds,
 }
 
 impl<K> fmt::Debug for EgressEnforcer<K> {
@@ -754,6 +1123,7 @@ impl<K: EgressKernel> EgressEnforcer<K> {
             paths: BTreeMap::new(),
             free_set_ids: Vec::new(),
             next_set_id: 1,
+            name_ids: NameIds::default(),
         }
     }
 
@@ -787,6 +1157,9 @@ impl<K: EgressKernel> EgressEnforcer<K> {
         for (cgroup, (set_id, flags)) in filters {
             if attached.contains(&cgroup) && used.insert(set_id) {
                 let e = entries.get(&set_id).cloned().unwrap_or_default();
+                for (d, (_, id)) in &e.domains {
+                    b.name_ids.adopt(d, *id);
+                }
                 b.sets.insert(
                     cgroup,
                     CgroupSet {
@@ -794,6 +1167,7 @@ impl<K: EgressKernel> EgressEnforcer<K> {
                         kernel: SetState {
                             allow: e.allow,
                             deny: e.deny,
+                            domains: e.domains.into_iter().map(|(d, (v, _))| (d, v)).collect(),
                             flags,
                         },
                         attached: true,
@@ -815,6 +1189,17 @@ impl<K: EgressKernel> EgressEnforcer<K> {
                     }
                 }
             }
+            for (d, (_, id)) in &e.domains {
+                if let Err(e) = b
+                    .kernel
+                    .set_domain(*set_id, d, DomainVerdicts::default(), *id)
+                {
+                    tracing::warn!(set = set_id, domain = %d, error = %e, "egress adoption: removing an unused domain failed");
+                }
+            }
+            if let Err(e) = b.kernel.forget_learned(*set_id, None) {
+                tracing::warn!(set = set_id, error = %e, "egress adoption: forgetting an unused set's learned addresses failed");
+            }
         }
         if let Some(max) = used.iter().max() {
             b.next_set_id = max.wrapping_add(1).max(1);
@@ -831,10 +1216,17 @@ impl<K: EgressKernel> EgressEnforcer<K> {
             let id = std::str::from_utf8(&raw)
                 .ok()
                 .and_then(|s| PolicyId::new(s).ok());
+            let destinations = |prefixes: &BTreeSet<Prefix>, domains: &BTreeSet<Domain>| {
+                prefixes
+                    .iter()
+                    .map(|p| Destination::Prefix(*p))
+                    .chain(domains.iter().map(|d| Destination::Domain(d.clone())))
+                    .collect::<BTreeSet<_>>()
+            };
             let program = match entry.kind {
                 Some(LedgerKind::Enforce { default_deny }) => Some(Program::Enforce(Rules {
-                    allow: entry.allow.clone(),
-                    deny: entry.deny.clone(),
+                    allow: destinations(&entry.allow, &entry.allow_domains),
+                    deny: destinations(&entry.deny, &entry.deny_domains),
                     default_deny,
                 })),
                 Some(LedgerKind::Observe) => Some(Program::Observe),
@@ -890,6 +1282,14 @@ impl<K: EgressKernel> EgressEnforcer<K> {
                 failed.extend(self.kernel.ledger_rule(raw, verdict, *p, false).err());
             }
         }
+        for (verdict, list) in [
+            (Verdict::Allow, &entry.allow_domains),
+            (Verdict::Deny, &entry.deny_domains),
+        ] {
+            for d in list {
+                failed.extend(self.kernel.ledger_domain_rule(raw, verdict, d, false).err());
+            }
+        }
         if entry.kind.is_some() {
             failed.extend(self.kernel.ledger_policy(raw, None).err());
         }
@@ -904,23 +1304,38 @@ impl<K: EgressKernel> EgressEnforcer<K> {
     fn ledger_rules(
         &mut self,
         policy: &PolicyId,
-        rules: &[(Verdict, Prefix)],
+        rules: &[(Verdict, Destination)],
         present: bool,
     ) -> Result<()> {
-        for (i, (verdict, p)) in rules.iter().enumerate() {
-            if let Err(e) = self
-                .kernel
-                .ledger_rule(ledger_id(policy), *verdict, *p, present)
-            {
-                for (verdict, p) in &rules[..i] {
-                    let _ = self
-                        .kernel
-                        .ledger_rule(ledger_id(policy), *verdict, *p, !present);
+        for (i, (verdict, d)) in rules.iter().enumerate() {
+            if let Err(e) = self.ledger_entry(policy, *verdict, d, present) {
+                for (verdict, d) in &rules[..i] {
+                    let _ = self.ledger_entry(policy, *verdict, d, !present);
                 }
                 return Err(kernel_error(format!("recording policy {policy}"), &e));
             }
         }
         Ok(())
+    }
+
+    /// Records or removes one entry of a policy in the ledger.
+    fn ledger_entry(
+        &mut self,
+        policy: &PolicyId,
+        verdict: Verdict,
+        destination: &Destination,
+        present: bool,
+    ) -> Result<(), EgressError> {
+        match destination {
+            Destination::Prefix(p) => {
+                self.kernel
+                    .ledger_rule(ledger_id(policy), verdict, *p, present)
+            }
+            Destination::Domain(d) => {
+                self.kernel
+                    .ledger_domain_rule(ledger_id(policy), verdict, d, present)
+            }
+        }
     }
 
     /// The kernel side.
@@ -967,13 +1382,30 @@ impl<K: EgressKernel> EgressEnforcer<K> {
         let counts = self.flag_counts(cgroup);
         for held in self.policies.values() {
             if let (true, Program::Enforce(r)) = (held.cgroups.contains(&cgroup), &held.program) {
-                s.allow.extend(r.allow.iter().copied());
-                s.deny.extend(r.deny.iter().copied());
+                for (verdict, list) in [(Verdict::Allow, &r.allow), (Verdict::Deny, &r.deny)] {
+                    for d in list {
+                        match (d, verdict) {
+                            (Destination::Prefix(p), Verdict::Allow) => {
+                                s.allow.insert(*p);
+                            }
+                            (Destination::Prefix(p), Verdict::Deny) => {
+                                s.deny.insert(*p);
+                            }
+                            (Destination::Domain(d), Verdict::Allow) => {
+                                s.domains.entry(d.clone()).or_default().allow = true;
+                            }
+                            (Destination::Domain(d), Verdict::Deny) => {
+                                s.domains.entry(d.clone()).or_default().deny = true;
+                            }
+                        }
+                    }
+                }
             }
         }
         s.flags = FilterFlags {
             default_deny: counts.default_deny > 0,
             observe: counts.observe > 0,
+            domains: !s.domains.is_empty(),
         };
         s
     }
@@ -1027,24 +1459,50 @@ impl<K: EgressKernel> EgressEnforcer<K> {
         desired: &SetState,
     ) -> Result<()> {
         let k = &mut self.kernel;
+        let ids = &mut self.name_ids;
         let op = |what: &str, p: &Prefix| format!("{what} {p} for cgroup {cgroup}");
-        // 1. Deny entries in.
+        let forget = |what: &Domain| format!("forgetting what {what} taught cgroup {cgroup}");
+        // 1. Deny entries in: prefixes, and the deny side of domains.
         for p in desired.deny.difference(&state.kernel.deny.clone()) {
             k.insert(set_id, Verdict::Deny, *p)
                 .map_err(|e| kernel_error(op("denying", p), &e))?;
             state.kernel.deny.insert(*p);
         }
-        // 2. Allow entries out.
+        for (d, want) in &desired.domains {
+            let have = state.kernel.domains.get(d).copied().unwrap_or_default();
+            if want.deny && !have.deny {
+                let sides = DomainVerdicts { deny: true, ..have };
+                write_domain(k, ids, &mut state.kernel, set_id, d, sides, cgroup)?;
+            }
+        }
+        // 2. Allow entries out; what a domain taught the allow side goes
+        // with it.
         for p in state.kernel.allow.clone().difference(&desired.allow) {
             k.remove(set_id, Verdict::Allow, *p)
                 .map_err(|e| kernel_error(op("removing allow", p), &e))?;
             state.kernel.allow.remove(p);
         }
-        // 3. Default deny raised (observe as it will be).
-        if state.attached && desired.flags.default_deny && !state.kernel.flags.default_deny {
+        for (d, have) in state.kernel.domains.clone() {
+            let want = desired.domains.get(&d).copied().unwrap_or_default();
+            if have.allow && !want.allow {
+                let sides = DomainVerdicts {
+                    allow: false,
+                    ..have
+                };
+                write_domain(k, ids, &mut state.kernel, set_id, &d, sides, cgroup)?;
+                k.forget_learned(set_id, Some(ids.id(&d)))
+                    .map_err(|e| kernel_error(forget(&d), &e))?;
+            }
+        }
+        // 3. Default deny and the domains flag raised (observe as it will
+        // be), so what a deny domain teaches counts at once.
+        let raise_dd = desired.flags.default_deny && !state.kernel.flags.default_deny;
+        let raise_domains = desired.flags.domains && !state.kernel.flags.domains;
+        if state.attached && (raise_dd || raise_domains) {
             let flags = FilterFlags {
-                default_deny: true,
+                default_deny: state.kernel.flags.default_deny || desired.flags.default_deny,
                 observe: state.kernel.flags.observe || desired.flags.observe,
+                domains: state.kernel.flags.domains || desired.flags.domains,
             };
             k.set_flags(cgroup, set_id, flags)
                 .map_err(|e| kernel_error(format!("raising flags of cgroup {cgroup}"), &e))?;
@@ -1056,37 +1514,69 @@ impl<K: EgressKernel> EgressEnforcer<K> {
                 .map_err(|e| kernel_error(op("allowing", p), &e))?;
             state.kernel.allow.insert(*p);
         }
-        // 5. Flags as desired (lowering), or the first attach.
+        for (d, want) in &desired.domains {
+            let have = state.kernel.domains.get(d).copied().unwrap_or_default();
+            if want.allow && !have.allow {
+                let sides = DomainVerdicts {
+                    allow: true,
+                    ..have
+                };
+                write_domain(k, ids, &mut state.kernel, set_id, d, sides, cgroup)?;
+            }
+        }
+        // 5. Flags as desired (lowering), or the first attach (the
+        // snooper, then the set, then the filter).
+        let path = self.paths.get(&cgroup).cloned();
         if !state.attached {
-            let path = self
-                .paths
-                .get(&cgroup)
-                .cloned()
-                .ok_or_else(|| EnforceError::Kernel {
-                    behavior: BEHAVIOR,
-                    op: format!("attaching cgroup {cgroup}"),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::NotFound,
-                        "no cgroup directory is known for it",
-                    ),
-                })?;
+            let path = path.ok_or_else(|| EnforceError::Kernel {
+                behavior: BEHAVIOR,
+                op: format!("attaching cgroup {cgroup}"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no cgroup directory is known for it",
+                ),
+            })?;
             self.kernel
                 .attach(cgroup, &path, set_id, desired.flags)
                 .map_err(|e| kernel_error(format!("attaching to {}", path.display()), &e))?;
             state.attached = true;
             state.kernel.flags = desired.flags;
-        } else if state.kernel.flags != desired.flags {
-            self.kernel
-                .set_flags(cgroup, set_id, desired.flags)
-                .map_err(|e| kernel_error(format!("setting flags of cgroup {cgroup}"), &e))?;
-            state.kernel.flags = desired.flags;
+        } else {
+            if let (true, Some(path)) = (desired.flags.domains, &path) {
+                self.kernel.ensure_snoop(cgroup, path).map_err(|e| {
+                    kernel_error(
+                        format!("attaching the DNS answer snooper to {}", path.display()),
+                        &e,
+                    )
+                })?;
+            }
+            if state.kernel.flags != desired.flags {
+                self.kernel
+                    .set_flags(cgroup, set_id, desired.flags)
+                    .map_err(|e| kernel_error(format!("setting flags of cgroup {cgroup}"), &e))?;
+                state.kernel.flags = desired.flags;
+            }
         }
-        // 6. Deny entries out.
+        // 6. Deny entries out; what a domain taught the deny side goes
+        // with it.
+        let k = &mut self.kernel;
+        let ids = &mut self.name_ids;
         for p in state.kernel.deny.clone().difference(&desired.deny) {
-            self.kernel
-                .remove(set_id, Verdict::Deny, *p)
+            k.remove(set_id, Verdict::Deny, *p)
                 .map_err(|e| kernel_error(op("removing deny", p), &e))?;
             state.kernel.deny.remove(p);
+        }
+        for (d, have) in state.kernel.domains.clone() {
+            let want = desired.domains.get(&d).copied().unwrap_or_default();
+            if have.deny && !want.deny {
+                let sides = DomainVerdicts {
+                    deny: false,
+                    ..have
+                };
+                write_domain(k, ids, &mut state.kernel, set_id, &d, sides, cgroup)?;
+                k.forget_learned(set_id, Some(ids.id(&d)))
+                    .map_err(|e| kernel_error(forget(&d), &e))?;
+            }
         }
         Ok(())
     }
@@ -1126,6 +1616,21 @@ impl<K: EgressKernel> EgressEnforcer<K> {
                 list.remove(&p);
             }
         }
+        for d in state.kernel.domains.keys().cloned().collect::<Vec<_>>() {
+            write_domain(
+                &mut self.kernel,
+                &mut self.name_ids,
+                &mut state.kernel,
+                state.set_id,
+                &d,
+                DomainVerdicts::default(),
+                cgroup,
+            )?;
+        }
+        // The set id is reused: nothing it learned may carry over.
+        self.kernel
+            .forget_learned(state.set_id, None)
+            .map_err(|e| kernel_error(format!("forgetting what cgroup {cgroup} learned"), &e))?;
         Ok(())
     }
 
@@ -1142,6 +1647,30 @@ impl<K: EgressKernel> EgressEnforcer<K> {
             }
         }
         first
+    }
+}
+
+impl<K: EgressKernel> DomainSupport for EgressEnforcer<K> {
+    fn domains_available(&self) -> std::result::Result<(), String> {
+        self.kernel.domains_available()
+    }
+
+    /// The addresses a DNS answer for `domain` taught any set and that
+    /// still count (through the name's number, which every learned entry
+    /// carries).
+    fn learned_addresses(&self, domain: &Domain) -> Result<BTreeSet<IpAddr>> {
+        let Some(id) = self.name_ids.get(domain) else {
+            return Ok(BTreeSet::new());
+        };
+        let learned = self
+            .kernel
+            .learned()
+            .map_err(|e| kernel_error("reading learned addresses".to_owned(), &e))?;
+        Ok(learned
+            .into_iter()
+            .filter(|l| l.name_id == id && l.remaining.is_some())
+            .map(|l| l.addr)
+            .collect())
     }
 }
 
@@ -1162,17 +1691,17 @@ impl<K: EgressKernel> CgroupPaths for EgressEnforcer<K> {
 }
 
 /// The ledger entries of an enforce program's lists, deny entries first.
-fn rule_entries(rules: &Rules<Prefix>) -> Vec<(Verdict, Prefix)> {
+fn rule_entries(rules: &Rules<Destination>) -> Vec<(Verdict, Destination)> {
     rules
         .deny
         .iter()
-        .map(|p| (Verdict::Deny, *p))
-        .chain(rules.allow.iter().map(|p| (Verdict::Allow, *p)))
+        .map(|d| (Verdict::Deny, d.clone()))
+        .chain(rules.allow.iter().map(|d| (Verdict::Allow, d.clone())))
         .collect()
 }
 
 /// How the ledger records a program.
-fn ledger_kind(program: &Program<Prefix>) -> LedgerKind {
+fn ledger_kind(program: &Program<Destination>) -> LedgerKind {
     match program {
         Program::Enforce(r) => LedgerKind::Enforce {
             default_deny: r.default_deny,
@@ -1182,7 +1711,7 @@ fn ledger_kind(program: &Program<Prefix>) -> LedgerKind {
 }
 
 impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
-    type Value = Prefix;
+    type Value = Destination;
     type Observed = IpAddr;
 
     fn behavior(&self) -> Behavior {
@@ -1193,7 +1722,7 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
         Backend::CgroupSkbEgress
     }
 
-    fn add_policy(&mut self, policy: &PolicyId, program: &Program<Prefix>) -> Result<()> {
+    fn add_policy(&mut self, policy: &PolicyId, program: &Program<Destination>) -> Result<()> {
         if self.policies.contains_key(policy) {
             return Err(EnforceError::Kernel {
                 behavior: BEHAVIOR,
@@ -1213,10 +1742,8 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
             .kernel
             .ledger_policy(ledger_id(policy), Some(ledger_kind(program)))
         {
-            for (verdict, p) in &entries {
-                let _ = self
-                    .kernel
-                    .ledger_rule(ledger_id(policy), *verdict, *p, false);
+            for (verdict, d) in &entries {
+                let _ = self.ledger_entry(policy, *verdict, d, false);
             }
             return Err(kernel_error(format!("recording policy {policy}"), &e));
         }
@@ -1230,7 +1757,7 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
         Ok(())
     }
 
-    fn update_policy(&mut self, policy: &PolicyId, diff: &ProgramDiff<Prefix>) -> Result<()> {
+    fn update_policy(&mut self, policy: &PolicyId, diff: &ProgramDiff<Destination>) -> Result<()> {
         let held = self
             .policies
             .get_mut(policy)
@@ -1251,17 +1778,17 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
         // The ledger first, in the diff's tightening order; a failure
         // leaves the rules as they were (the manager retries the diff,
         // and every ledger write is idempotent).
-        let added: Vec<(Verdict, Prefix)> = diff
+        let added: Vec<(Verdict, Destination)> = diff
             .add_deny
             .iter()
-            .map(|p| (Verdict::Deny, *p))
-            .chain(diff.add_allow.iter().map(|p| (Verdict::Allow, *p)))
+            .map(|d| (Verdict::Deny, d.clone()))
+            .chain(diff.add_allow.iter().map(|d| (Verdict::Allow, d.clone())))
             .collect();
-        let removed: Vec<(Verdict, Prefix)> = diff
+        let removed: Vec<(Verdict, Destination)> = diff
             .remove_allow
             .iter()
-            .map(|p| (Verdict::Allow, *p))
-            .chain(diff.remove_deny.iter().map(|p| (Verdict::Deny, *p)))
+            .map(|d| (Verdict::Allow, d.clone()))
+            .chain(diff.remove_deny.iter().map(|d| (Verdict::Deny, d.clone())))
             .collect();
         self.ledger_rules(policy, &added, true)?;
         if let Some(default_deny) = diff.default_deny {
@@ -1280,8 +1807,8 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
         else {
             return Ok(());
         };
-        rules.allow.extend(diff.add_allow.iter().copied());
-        rules.deny.extend(diff.add_deny.iter().copied());
+        rules.allow.extend(diff.add_allow.iter().cloned());
+        rules.deny.extend(diff.add_deny.iter().cloned());
         if let Some(dd) = diff.default_deny {
             rules.default_deny = dd;
         }
@@ -1312,7 +1839,7 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
                 .try_for_each(|c| self.kernel.ledger_binding(id, *c, false))?;
             entries
                 .iter()
-                .try_for_each(|(verdict, p)| self.kernel.ledger_rule(id, *verdict, *p, false))
+                .try_for_each(|(verdict, d)| self.ledger_entry(policy, *verdict, d, false))
         });
         recorded.map_err(|e| kernel_error(format!("forgetting policy {policy}"), &e))?;
         self.policies.remove(policy);
@@ -1377,7 +1904,7 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
         self.sync(cgroup)
     }
 
-    fn held(&self) -> Result<BTreeMap<PolicyId, Held<Prefix>>> {
+    fn held(&self) -> Result<BTreeMap<PolicyId, Held<Destination>>> {
         Ok(self.policies.clone())
     }
 
@@ -1477,6 +2004,17 @@ impl fmt::Display for EgressFailure {
     }
 }
 
+/// What a change of names ([`EgressManager::set_service_addresses`],
+/// [`EgressManager::services_synced`]) re-programmed.
+#[derive(Clone, Debug, Default)]
+pub struct Reprogrammed {
+    /// The policies compiled and converged again (those naming the
+    /// Service).
+    pub policies: Vec<PolicyId>,
+    /// Backend calls that failed (retried on the next event).
+    pub failures: Vec<EgressFailure>,
+}
+
 /// What [`EgressManager::upsert_policy`] did.
 #[derive(Clone, Debug, Default)]
 pub struct EgressOutcome {
@@ -1489,8 +2027,7 @@ pub struct EgressOutcome {
 #[derive(Clone, Debug)]
 struct DesiredPolicy {
     policy: NetworkPolicy,
-    program: Option<Program<Prefix>>,
-    rejections: Vec<EgressRejection>,
+    compiled: CompiledNetwork,
 }
 
 /// State kept between [`EgressManager::new`] over a backend that holds
@@ -1513,6 +2050,21 @@ struct Adoption {
 /// remove. On a pod event, policies that are not default deny are bound
 /// first and unbound last.
 ///
+/// # Names
+///
+/// A Service a policy names is programmed as the addresses the manager
+/// was last told it has ([`EgressManager::set_service_addresses`]); when
+/// they change, every policy naming it is recompiled and converged, so the
+/// addresses follow the Service (added, removed) like an edit of the
+/// policy would. A Service that does not exist resolves to nothing until
+/// it does ([`EgressManager::unresolved`]). Until
+/// [`EgressManager::services_synced`], a policy naming a Service that the
+/// backend already holds (after a restart: what the previous process
+/// programmed) keeps its held program, so a restart does not drop a
+/// Service's addresses for the moment the watch takes to list them.
+/// Domains go to the backend as they are; its snooper learns their
+/// addresses.
+///
 /// # Restart
 ///
 /// [`EgressManager::new`] starts from what the backend holds (after a
@@ -1525,12 +2077,13 @@ struct Adoption {
 /// and releases the links of a discarded pin layout.
 pub struct EgressManager<B> {
     backend: B,
-    held: BTreeMap<PolicyId, Held<Prefix>>,
+    held: BTreeMap<PolicyId, Held<Destination>>,
     policies: BTreeMap<PolicyId, DesiredPolicy>,
     pods: BTreeMap<String, NetworkPod>,
     failures: BTreeMap<PolicyId, Vec<EgressFailure>>,
     rejected_total: u64,
     adoption: Option<Adoption>,
+    services: ServiceAddresses,
 }
 
 impl<B> fmt::Debug for EgressManager<B> {
@@ -1545,7 +2098,7 @@ impl<B> fmt::Debug for EgressManager<B> {
 
 impl<B> EgressManager<B>
 where
-    B: Enforcer<Value = Prefix> + CgroupPaths,
+    B: Enforcer<Value = Destination> + CgroupPaths + DomainSupport,
 {
     /// A manager over `backend`, starting from what it holds (after a
     /// restart, what the previous process pinned: see the type's docs)
@@ -1569,6 +2122,7 @@ where
             pods: BTreeMap::new(),
             failures: BTreeMap::new(),
             rejected_total: 0,
+            services: ServiceAddresses::new(),
         })
     }
 
@@ -1596,21 +2150,17 @@ where
     /// the pods it selects.
     pub fn upsert_policy(&mut self, policy: NetworkPolicy) -> EgressOutcome {
         let id = policy.id.clone();
-        let (program, rejections) = compile_network(policy.mode, policy.network.as_ref());
-        for r in &rejections {
+        let compiled = self.compile(&policy);
+        for r in &compiled.rejections {
             tracing::warn!(policy = %id, name = %policy.name, rejection = %r, "network value not programmed");
         }
+        self.log_unresolved(&policy.name, None, &compiled);
         self.rejected_total = self
             .rejected_total
-            .saturating_add(u64::try_from(rejections.len()).unwrap_or(u64::MAX));
-        self.policies.insert(
-            id.clone(),
-            DesiredPolicy {
-                policy,
-                program,
-                rejections: rejections.clone(),
-            },
-        );
+            .saturating_add(u64::try_from(compiled.rejections.len()).unwrap_or(u64::MAX));
+        let rejections = compiled.rejections.clone();
+        self.policies
+            .insert(id.clone(), DesiredPolicy { policy, compiled });
         if let Some(a) = &mut self.adoption {
             a.deleted.remove(&id);
         }
@@ -1618,6 +2168,145 @@ where
         EgressOutcome {
             rejections,
             failures,
+        }
+    }
+
+    fn compile(&self, policy: &NetworkPolicy) -> CompiledNetwork {
+        let domains = self.backend.domains_available();
+        compile_network(
+            policy.mode,
+            policy.network.as_ref(),
+            &NameContext {
+                services: &self.services,
+                domains: domains.as_ref().copied().map_err(String::as_str),
+            },
+        )
+    }
+
+    /// Logs the Services a policy names that now resolve to nothing (or
+    /// again to something), once the Service watch has listed: before,
+    /// every Service would read as unresolved.
+    fn log_unresolved(&self, name: &str, before: Option<&CompiledNetwork>, now: &CompiledNetwork) {
+        if !self.services.synced() {
+            return;
+        }
+        let was = before.map(|b| &b.unresolved);
+        for s in &now.unresolved {
+            if was.is_none_or(|w| !w.contains(s)) {
+                tracing::info!(policy = %name, service = %s, "network: the Service has no address (it does not exist, or has no ClusterIP and no endpoints): it resolves to nothing until it has one");
+            }
+        }
+        if let Some(was) = was {
+            for s in was.difference(&now.unresolved) {
+                tracing::info!(policy = %name, service = %s, "network: the Service resolves to addresses again");
+            }
+        }
+    }
+
+    /// Sets the addresses of `service` as the API reports them (`None`:
+    /// it does not exist) and re-programs every policy naming it (a
+    /// Service no policy names costs a map insert).
+    pub fn set_service_addresses(
+        &mut self,
+        service: ServiceName,
+        addresses: Option<BTreeSet<IpAddr>>,
+    ) -> Reprogrammed {
+        if !self.services.set(service.clone(), addresses) {
+            return Reprogrammed::default();
+        }
+        let naming: Vec<PolicyId> = self
+            .policies
+            .iter()
+            .filter(|(_, d)| d.compiled.services.contains(&service))
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.recompile_all(naming, false)
+    }
+
+    /// The Service watch has listed: every Service is known, so policies
+    /// naming Services stop keeping what the backend held (see the type's
+    /// docs) and are re-programmed from the addresses.
+    pub fn services_synced(&mut self) -> Reprogrammed {
+        if self.services.synced() {
+            return Reprogrammed::default();
+        }
+        self.services.mark_synced();
+        let naming: Vec<PolicyId> = self
+            .policies
+            .iter()
+            .filter(|(_, d)| !d.compiled.services.is_empty())
+            .map(|(id, _)| id.clone())
+            .collect();
+        // Every name unresolved now is news: before the sync nothing was
+        // logged.
+        self.recompile_all(naming, true)
+    }
+
+    fn recompile_all(&mut self, policies: Vec<PolicyId>, log_all: bool) -> Reprogrammed {
+        let failures = policies
+            .iter()
+            .flat_map(|id| self.recompile(id, log_all))
+            .collect();
+        Reprogrammed { policies, failures }
+    }
+
+    /// Compiles a desired policy again (its Services changed) and
+    /// converges it; logs the names that became unresolved (every
+    /// unresolved one with `log_all`).
+    fn recompile(&mut self, id: &PolicyId, log_all: bool) -> Vec<EgressFailure> {
+        let Some(d) = self.policies.get(id) else {
+            return Vec::new();
+        };
+        let compiled = self.compile(&d.policy);
+        let before = (!log_all).then_some(&d.compiled);
+        self.log_unresolved(&d.policy.name, before, &compiled);
+        if let Some(d) = self.policies.get_mut(id) {
+            d.compiled = compiled;
+        }
+        self.converge(id)
+    }
+
+    /// The Services a policy names that resolve to nothing yet, as
+    /// `<name>.<namespace>.svc` (for its status and logs).
+    pub fn unresolved(&self, id: &PolicyId) -> Vec<String> {
+        self.policies
+            .get(id)
+            .map(|d| {
+                d.compiled
+                    .unresolved
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The addresses currently known for the network value `name`: a
+    /// Service's (`<name>.<namespace>.svc[.<cluster domain>]`) as the API
+    /// last reported them, a domain's as DNS answers taught the kernel
+    /// (unexpired), an address or CIDR nothing (it names itself). For a
+    /// monitor judging an observed address against a policy that names
+    /// destinations by name; empty when nothing is known or `name` is not
+    /// a network value.
+    pub fn known_addresses(&self, name: &str) -> BTreeSet<IpAddr> {
+        let at = kyverno_runtime_policy::values::FieldPath::spec();
+        match parse_network(name, &at) {
+            Ok(NetworkTarget::Service { name, namespace }) => self
+                .services
+                .get(&ServiceName { namespace, name })
+                .cloned()
+                .unwrap_or_default(),
+            Ok(NetworkTarget::Domain(d)) => Domain::new(&d)
+                .ok()
+                .and_then(|d| match self.backend.learned_addresses(&d) {
+                    Ok(a) => Some(a),
+                    Err(e) => {
+                        tracing::debug!(error = %e, domain = %d, "network: learned addresses unavailable");
+                        None
+                    }
+                })
+                .unwrap_or_default(),
+            _ => BTreeSet::new(),
         }
     }
 
@@ -1670,7 +2359,7 @@ where
     pub fn rejections(&self, id: &PolicyId) -> &[EgressRejection] {
         self.policies
             .get(id)
-            .map(|d| d.rejections.as_slice())
+            .map(|d| d.compiled.rejections.as_slice())
             .unwrap_or_default()
     }
 
@@ -1685,7 +2374,7 @@ where
     }
 
     /// What the manager believes the backend holds.
-    pub fn programmed(&self) -> &BTreeMap<PolicyId, Held<Prefix>> {
+    pub fn programmed(&self) -> &BTreeMap<PolicyId, Held<Destination>> {
         &self.held
     }
 
@@ -1707,9 +2396,16 @@ where
             .find(|p| p.cgroups.iter().any(|c| c.id == cgroup))
     }
 
-    fn target(&self, id: &PolicyId) -> Option<Held<Prefix>> {
+    fn target(&self, id: &PolicyId) -> Option<Held<Destination>> {
         let d = self.policies.get(id)?;
-        let program = d.program.clone()?;
+        let mut program = d.compiled.program.clone()?;
+        if !self.services.synced() && !d.compiled.services.is_empty() {
+            if let Some(h) = self.held.get(id) {
+                // The Service watch has not listed yet: what the backend
+                // holds (the previous process's addresses) stands.
+                program = h.program.clone();
+            }
+        }
         let mut cgroups: BTreeSet<CgroupId> = self
             .pods
             .values()
@@ -1752,7 +2448,7 @@ where
     fn converge_phase(
         &mut self,
         id: &PolicyId,
-        target: Option<&Held<Prefix>>,
+        target: Option<&Held<Destination>>,
         phase: Phase,
         out: &mut Vec<EgressFailure>,
     ) {
@@ -1884,7 +2580,10 @@ where
     }
 
     fn default_denies(&self, id: &PolicyId) -> bool {
-        let wanted = self.policies.get(id).and_then(|d| d.program.as_ref());
+        let wanted = self
+            .policies
+            .get(id)
+            .and_then(|d| d.compiled.program.as_ref());
         let held = self.held.get(id).map(|h| &h.program);
         [wanted, held].into_iter().flatten().any(|p| {
             matches!(
@@ -1987,6 +2686,15 @@ mod tests {
         restarted: bool,
         ledger: BTreeMap<Vec<u8>, bpf::LedgerPolicy>,
         ledger_writes: usize,
+        /// `egress_domains`: (set, name) -> sides and name id.
+        domains: BTreeMap<(u32, Domain), (DomainVerdicts, u32)>,
+        /// What the snooper would have learned: (set, address) -> sides
+        /// and name id (tests write it with `learn`).
+        learned: BTreeMap<(u32, IpAddr), (DomainVerdicts, u32)>,
+        /// Cgroups the snooper is attached to.
+        snooped: BTreeSet<CgroupId>,
+        /// The snooper did not load.
+        no_snoop: bool,
     }
 
     impl MemKernel {
@@ -1998,9 +2706,17 @@ mod tests {
             }
             let hit =
                 |l: &BTreeSet<(u32, Prefix)>| l.iter().any(|(s, p)| *s == set && p.contains(dst));
-            let d = if hit(&self.deny) {
+            let learned = if flags.domains {
+                self.learned
+                    .get(&(set, dst))
+                    .map(|(v, _)| *v)
+                    .unwrap_or_default()
+            } else {
+                DomainVerdicts::default()
+            };
+            let d = if learned.deny || hit(&self.deny) {
                 bpf::Decision::Denied
-            } else if hit(&self.allow) {
+            } else if learned.allow || hit(&self.allow) {
                 bpf::Decision::Allowed
             } else if flags.default_deny {
                 bpf::Decision::DefaultDenied
@@ -2056,6 +2772,9 @@ mod tests {
             set_id: u32,
             flags: FilterFlags,
         ) -> Result<(), EgressError> {
+            if !self.no_snoop {
+                self.snooped.insert(cgroup);
+            }
             self.log.push(format!("attach {cgroup}"));
             self.filters.insert(cgroup, (set_id, flags));
             self.attached.insert(cgroup, path.to_owned());
@@ -2080,6 +2799,7 @@ mod tests {
             self.log.push(format!("detach {cgroup}"));
             self.filters.remove(&cgroup);
             self.attached.remove(&cgroup);
+            self.snooped.remove(&cgroup);
             Ok(())
         }
 
@@ -2153,6 +2873,93 @@ mod tests {
             Ok(())
         }
 
+        fn domains_available(&self) -> std::result::Result<(), String> {
+            if self.no_snoop {
+                Err("the kernel refused it".to_owned())
+            } else {
+                Ok(())
+            }
+        }
+
+        fn set_domain(
+            &mut self,
+            set_id: u32,
+            domain: &Domain,
+            verdicts: DomainVerdicts,
+            name_id: u32,
+        ) -> Result<(), EgressError> {
+            self.log.push(format!(
+                "domain {domain} allow={} deny={}",
+                verdicts.allow, verdicts.deny
+            ));
+            if verdicts.is_empty() {
+                self.domains.remove(&(set_id, domain.clone()));
+            } else {
+                self.domains
+                    .insert((set_id, domain.clone()), (verdicts, name_id));
+            }
+            Ok(())
+        }
+
+        fn forget_learned(&mut self, set_id: u32, name_id: Option<u32>) -> Result<(), EgressError> {
+            // Logged only when it forgets something: a release of a set
+            // that learned nothing is not worth a line in the ordering
+            // assertions.
+            let before = self.learned.len();
+            self.learned
+                .retain(|(s, _), (_, id)| *s != set_id || name_id.is_some_and(|n| n != *id));
+            if self.learned.len() != before {
+                self.log
+                    .push(format!("forget set {set_id} name {name_id:?}"));
+            }
+            Ok(())
+        }
+
+        fn learned(&self) -> Result<Vec<Learned>, EgressError> {
+            Ok(self
+                .learned
+                .iter()
+                .map(|((set_id, addr), (verdicts, name_id))| Learned {
+                    set_id: *set_id,
+                    addr: *addr,
+                    verdicts: *verdicts,
+                    name_id: *name_id,
+                    remaining: Some(std::time::Duration::from_secs(60)),
+                })
+                .collect())
+        }
+
+        fn ensure_snoop(&mut self, cgroup: CgroupId, _: &Path) -> Result<(), EgressError> {
+            if !self.no_snoop && self.snooped.insert(cgroup) {
+                self.log.push(format!("snoop {cgroup}"));
+            }
+            Ok(())
+        }
+
+        fn ledger_domain_rule(
+            &mut self,
+            policy: &[u8],
+            verdict: Verdict,
+            domain: &Domain,
+            present: bool,
+        ) -> Result<(), EgressError> {
+            if self.pinned {
+                self.ledger_writes += 1;
+                let e = self.ledger.entry(policy.to_vec()).or_default();
+                let list = match verdict {
+                    Verdict::Allow => &mut e.allow_domains,
+                    Verdict::Deny => &mut e.deny_domains,
+                };
+                if present {
+                    list.insert(domain.clone());
+                } else {
+                    list.remove(domain);
+                }
+                self.prune(policy);
+            }
+            Ok(())
+        }
+
         fn adopted(&mut self) -> Result<Option<Adopted>, EgressError> {
             if !self.restarted {
                 return Ok(None);
@@ -2163,6 +2970,12 @@ mod tests {
             }
             for (set, p) in &self.deny {
                 sets.entry(*set).or_default().deny.insert(*p);
+            }
+            for ((set, d), entry) in &self.domains {
+                sets.entry(*set)
+                    .or_default()
+                    .domains
+                    .insert(d.clone(), *entry);
             }
             Ok(Some(Adopted {
                 state: PinnedState {
@@ -2181,6 +2994,18 @@ mod tests {
                 pinned: true,
                 ..Self::default()
             }
+        }
+
+        /// A DNS answer for the name numbered `name_id` taught set `set`
+        /// `addr` (what the snooper would do).
+        fn learn(&mut self, set: u32, addr: IpAddr, name_id: u32) {
+            let sides = self
+                .domains
+                .iter()
+                .find(|((s, _), (_, id))| *s == set && *id == name_id)
+                .map(|(_, (v, _))| *v)
+                .unwrap_or_default();
+            self.learned.insert((set, addr), (sides, name_id));
         }
 
         /// The same kernel state, seen by a new process.
@@ -2207,15 +3032,23 @@ mod tests {
         PolicyId::new(s).unwrap()
     }
 
-    fn p(s: &str) -> Prefix {
+    fn pfx(s: &str) -> Prefix {
         s.parse().unwrap()
+    }
+
+    fn p(s: &str) -> Destination {
+        Destination::Prefix(pfx(s))
+    }
+
+    fn dom(s: &str) -> Destination {
+        Destination::Domain(Domain::new(s).unwrap())
     }
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
     }
 
-    fn rules(allow: &[&str], deny: &[&str], dd: bool) -> Program<Prefix> {
+    fn rules(allow: &[&str], deny: &[&str], dd: bool) -> Program<Destination> {
         Program::Enforce(Rules {
             allow: allow.iter().map(|s| p(s)).collect(),
             deny: deny.iter().map(|s| p(s)).collect(),
@@ -2241,7 +3074,7 @@ mod tests {
     }
 
     /// The backend's kernel decides every probe as the reference model does.
-    fn assert_matches_model(b: &mut EgressEnforcer<MemKernel>, model: &FakeEnforcer<Prefix>) {
+    fn assert_matches_model(b: &mut EgressEnforcer<MemKernel>, model: &FakeEnforcer<Destination>) {
         let probes = [
             "10.0.0.1",
             "10.1.2.3",
@@ -2252,7 +3085,7 @@ mod tests {
         ];
         for c in 1..=4 {
             for dst in probes {
-                let want = model.decide(c, &Prefix::host(ip(dst)));
+                let want = model.decide(c, &Destination::Prefix(Prefix::host(ip(dst))));
                 let got = b
                     .kernel_mut()
                     .packet(c, ip(dst))
@@ -2272,7 +3105,7 @@ mod tests {
         let mut model = FakeEnforcer::new(Behavior::Network, Backend::CgroupSkbEgress);
         // Host prefixes only, so the model's exact-value matching and the
         // trie's prefix matching agree on the probes.
-        let steps: Vec<(&str, Program<Prefix>)> = vec![
+        let steps: Vec<(&str, Program<Destination>)> = vec![
             ("a", rules(&["10.0.0.1/32"], &[], true)),
             (
                 "b",
@@ -2375,7 +3208,8 @@ mod tests {
             b.kernel().filters.get(&1).map(|f| f.1),
             Some(FilterFlags {
                 default_deny: false,
-                observe: true
+                observe: true,
+                domains: false,
             })
         );
         // Observing: the drain reports the cgroup, the destination and the
@@ -2502,46 +3336,121 @@ mod tests {
         }
     }
 
+    fn no_services() -> ServiceAddresses {
+        ServiceAddresses::new()
+    }
+
+    fn compile(mode: Mode, l: &BehaviorLists, services: &ServiceAddresses) -> CompiledNetwork {
+        compile_network(
+            mode,
+            Some(l),
+            &NameContext {
+                services,
+                domains: Ok(()),
+            },
+        )
+    }
+
+    fn svc(ns: &str, name: &str) -> ServiceName {
+        ServiceName::new(ns, name)
+    }
+
     #[test]
-    fn names_are_rejected_with_their_field_path_until_resolution_exists() {
+    fn services_resolve_to_their_addresses_and_domains_stay_names() {
+        let mut services = ServiceAddresses::new();
+        services.set(
+            svc("default", "api"),
+            Some([ip("10.96.0.10"), ip("fd00::a")].into()),
+        );
         let l = lists(
-            &["10.0.0.0/8", "api.default.svc", "example.com"],
+            &[
+                "10.0.0.0/8",
+                "api.default.svc",
+                "api.default.svc.cluster.local.",
+                "Example.COM",
+                "gone.default.svc",
+            ],
             &["::1", "fd00::/8", "10.0.0.300"],
         );
-        let (program, rejections) = compile_network(Mode::Enforce, Some(&l));
+        let c = compile(Mode::Enforce, &l, &services);
         assert_eq!(
-            program,
-            Some(rules(&["10.0.0.0/8"], &["::1/128", "fd00::/8"], false))
+            c.program,
+            Some(Program::Enforce(Rules {
+                allow: [
+                    p("10.0.0.0/8"),
+                    p("10.96.0.10/32"),
+                    p("fd00::a/128"),
+                    dom("example.com"),
+                ]
+                .into(),
+                deny: [p("::1/128"), p("fd00::/8")].into(),
+                default_deny: false,
+            }))
         );
-        let shown: Vec<String> = rejections.iter().map(ToString::to_string).collect();
-        assert_eq!(shown.len(), 3, "{shown:?}");
         assert_eq!(
-            shown[0],
-            "spec.behaviors[0].network.allow: Service \"api.default.svc\" needs name resolution (not yet supported)"
+            c.services,
+            [svc("default", "api"), svc("default", "gone")].into()
         );
-        assert_eq!(
-            shown[1],
-            "spec.behaviors[0].network.allow: domain \"example.com\" needs name resolution (not yet supported)"
-        );
-        assert!(rejections[0].needs_name_resolution() && rejections[1].needs_name_resolution());
+        assert_eq!(c.unresolved, [svc("default", "gone")].into());
+        let shown: Vec<String> = c.rejections.iter().map(ToString::to_string).collect();
+        assert_eq!(shown.len(), 1, "{shown:?}");
         assert!(matches!(
-            rejections[2].reason,
+            c.rejections[0].reason,
             RejectReason::Invalid(Reason::BadIpv4)
         ));
-        assert_eq!(rejections[2].path, "spec.behaviors[0].network.deny");
+        assert_eq!(c.rejections[0].path, "spec.behaviors[0].network.deny");
+    }
+
+    #[test]
+    fn domains_the_kernel_cannot_hold_or_learn_are_refused_with_their_path() {
+        // The value parser bounds a name by what the kernel's name key
+        // holds (the CRD's MAX_HOSTNAME_LEN is that width), so a name too
+        // long for the key is refused as invalid before the backend sees
+        // it; `DomainTooLong` guards the backend if the two ever differ.
+        let long = format!("{}.{}.example", "a".repeat(63), "b".repeat(62));
+        let c = compile(Mode::Enforce, &lists(&[&long], &["*"]), &no_services());
+        assert_eq!(c.rejections.len(), 1, "{:?}", c.rejections);
+        assert!(
+            matches!(
+                c.rejections[0].reason,
+                RejectReason::Invalid(Reason::TooLong { len: 134, .. })
+            ),
+            "{:?}",
+            c.rejections
+        );
+        assert_eq!(c.rejections[0].path, "spec.behaviors[0].network.allow");
+        let services = no_services();
+        let c = compile_network(
+            Mode::Enforce,
+            Some(&lists(&["ok.example", "10.0.0.1"], &[])),
+            &NameContext {
+                services: &services,
+                domains: Err("the verifier refused it"),
+            },
+        );
+        assert_eq!(c.program, Some(rules(&["10.0.0.1/32"], &[], false)));
+        assert_eq!(
+            c.rejections[0].to_string(),
+            "spec.behaviors[0].network.allow: domain \"ok.example\" is not programmed: this node cannot learn domain addresses (the verifier refused it)"
+        );
     }
 
     #[test]
     fn star_alone_in_deny_is_the_default_deny() {
-        let (program, rejections) = compile_network(Mode::Enforce, Some(&lists(&["::1"], &["*"])));
-        assert_eq!(program, Some(rules(&["::1"], &[], true)));
-        assert!(rejections.is_empty());
-        let (_, rejections) = compile_network(Mode::Enforce, Some(&lists(&["*"], &["*", "::1"])));
-        assert_eq!(rejections.len(), 2);
-        let (program, _) = compile_network(Mode::Monitor, Some(&lists(&["::1"], &[])));
-        assert_eq!(program, Some(Program::Observe));
-        let (program, _) = compile_network(Mode::Enforce, Some(&lists(&["x.example"], &[])));
-        assert_eq!(program, None, "nothing left to enforce takes nothing");
+        let s = no_services();
+        let c = compile(Mode::Enforce, &lists(&["::1"], &["*"]), &s);
+        assert_eq!(c.program, Some(rules(&["::1"], &[], true)));
+        assert!(c.rejections.is_empty());
+        let c = compile(Mode::Enforce, &lists(&["*"], &["*", "::1"]), &s);
+        assert_eq!(c.rejections.len(), 2);
+        let c = compile(Mode::Monitor, &lists(&["::1"], &[]), &s);
+        assert_eq!(c.program, Some(Program::Observe));
+        let c = compile(Mode::Enforce, &lists(&["300.1.1.1"], &[]), &s);
+        assert_eq!(c.program, None, "nothing left to enforce takes nothing");
+        // A Service with no address yet still holds the policy, so its
+        // addresses land when they come.
+        let c = compile(Mode::Enforce, &lists(&["api.prod.svc"], &[]), &s);
+        assert_eq!(c.program, Some(rules(&[], &[], false)));
     }
 
     // ---- the manager, over the reference model -----------------------------------
@@ -2573,7 +3482,7 @@ mod tests {
         }
     }
 
-    fn fake() -> FakeEnforcer<Prefix> {
+    fn fake() -> FakeEnforcer<Destination> {
         FakeEnforcer::new(Behavior::Network, Backend::CgroupSkbEgress)
     }
 
@@ -2584,12 +3493,13 @@ mod tests {
         let out = m.upsert_policy(policy(
             "a",
             Mode::Enforce,
-            &["10.0.0.0/8", "db.example"],
+            &["10.0.0.0/8", "db.example", "10.0.0.300"],
             &["*"],
         ));
         assert!(out.failures.is_empty());
         assert_eq!(out.rejections.len(), 1);
         assert_eq!(m.rejected_total(), 1);
+        assert_eq!(m.backend().decide(1, &dom("db.example")), Decision::Allowed);
         let ops = m.backend().mutations();
         assert!(matches!(ops[0], FakeOp::Add(..)));
         assert!(ops[1..].iter().all(|o| matches!(o, FakeOp::Bind(..))));
@@ -2779,8 +3689,8 @@ mod tests {
     #[test]
     fn adoption_cleans_what_an_interrupted_change_left() {
         let mut k = MemKernel::pinned();
-        let x = p("10.0.0.1/32");
-        let y = p("10.0.0.2/32");
+        let x = pfx("10.0.0.1/32");
+        let y = pfx("10.0.0.2/32");
         // Cgroup 1: attached, its set 5 holds a's deny and a stray allow.
         k.filters.insert(1, (5, FilterFlags::default()));
         k.attached.insert(1, PathBuf::from("/pin/1"));
@@ -2799,6 +3709,7 @@ mod tests {
                 allow: BTreeSet::new(),
                 deny: [x].into(),
                 cgroups: [1, 2, 9].into(),
+                ..bpf::LedgerPolicy::default()
             },
         );
         // An interrupted removal: entries without a record.
@@ -2809,6 +3720,7 @@ mod tests {
                 allow: [y].into(),
                 deny: BTreeSet::new(),
                 cgroups: [1].into(),
+                ..bpf::LedgerPolicy::default()
             },
         );
         let b = EgressEnforcer::adopt(k.restart()).unwrap();
@@ -2894,5 +3806,323 @@ mod tests {
         assert!(m.delete_policy(&pid("gone")).is_empty());
         assert!(m.programmed().is_empty());
         assert!(m.backend().kernel().attached.is_empty());
+    }
+
+    // ---- domains and Services ---------------------------------------------------
+
+    /// The name id the backend gave `name` (what learned entries carry).
+    fn name_id(b: &EgressEnforcer<MemKernel>, name: &str) -> u32 {
+        b.kernel()
+            .domains
+            .iter()
+            .find(|((_, d), _)| d.as_str() == name)
+            .map(|(_, (_, id))| *id)
+            .unwrap()
+    }
+
+    #[test]
+    fn domains_union_into_the_set_and_deny_wins_over_what_they_teach() {
+        let mut b = backend();
+        b.add_policy(&pid("a"), &rules(&["10.0.0.1/32"], &[], true))
+            .unwrap();
+        let allow_both = Program::Enforce(Rules {
+            allow: [dom("allowed.test"), dom("shared.test")].into(),
+            deny: BTreeSet::new(),
+            default_deny: false,
+        });
+        let deny_shared = Program::Enforce(Rules {
+            allow: BTreeSet::new(),
+            deny: [dom("shared.test")].into(),
+            default_deny: false,
+        });
+        b.add_policy(&pid("names"), &allow_both).unwrap();
+        b.add_policy(&pid("no-shared"), &deny_shared).unwrap();
+        for id in ["a", "names", "no-shared"] {
+            b.bind(&pid(id), 1).unwrap();
+        }
+        let set = b.set_of(1).unwrap();
+        let k = b.kernel();
+        let sides = |name: &str| {
+            k.domains
+                .get(&(set, Domain::new(name).unwrap()))
+                .map(|e| e.0)
+        };
+        assert_eq!(
+            sides("allowed.test"),
+            Some(DomainVerdicts {
+                allow: true,
+                deny: false
+            })
+        );
+        assert_eq!(
+            sides("shared.test"),
+            Some(DomainVerdicts {
+                allow: true,
+                deny: true
+            })
+        );
+        assert_eq!(
+            k.filters[&1].1,
+            FilterFlags {
+                default_deny: true,
+                observe: false,
+                domains: true
+            }
+        );
+        assert!(
+            k.snooped.contains(&1),
+            "the snooper is attached with the filter"
+        );
+        let (allowed, shared) = (name_id(&b, "allowed.test"), name_id(&b, "shared.test"));
+        let k = b.kernel_mut();
+        k.learn(set, ip("192.0.2.1"), allowed);
+        k.learn(set, ip("192.0.2.2"), shared);
+        assert_eq!(k.packet(1, ip("192.0.2.1")), Some(bpf::Decision::Allowed));
+        assert_eq!(k.packet(1, ip("192.0.2.2")), Some(bpf::Decision::Denied));
+        assert_eq!(
+            k.packet(1, ip("192.0.2.3")),
+            Some(bpf::Decision::DefaultDenied),
+            "an address no answer gave"
+        );
+        assert_eq!(
+            b.learned_addresses(&Domain::new("allowed.test").unwrap())
+                .unwrap(),
+            [ip("192.0.2.1")].into()
+        );
+    }
+
+    #[test]
+    fn a_name_leaving_a_side_forgets_what_it_taught_and_the_flag_follows() {
+        let mut b = backend();
+        let prog = |allow: &[&str], deny: &[&str]| {
+            Program::Enforce(Rules {
+                allow: allow.iter().map(|d| dom(d)).collect(),
+                deny: deny.iter().map(|d| dom(d)).collect(),
+                default_deny: false,
+            })
+        };
+        b.add_policy(&pid("a"), &prog(&["one.test", "two.test"], &[]))
+            .unwrap();
+        b.bind(&pid("a"), 1).unwrap();
+        let set = b.set_of(1).unwrap();
+        let (one, two) = (name_id(&b, "one.test"), name_id(&b, "two.test"));
+        b.kernel_mut().learn(set, ip("192.0.2.1"), one);
+        b.kernel_mut().learn(set, ip("192.0.2.2"), two);
+        b.kernel_mut().log.clear();
+        // two.test moves from allow to deny: denied first, then its allow
+        // side and what it taught go.
+        let diff = ProgramDiff::between(
+            &Rules {
+                allow: [dom("one.test"), dom("two.test")].into(),
+                deny: BTreeSet::new(),
+                default_deny: false,
+            },
+            &Rules {
+                allow: [dom("one.test")].into(),
+                deny: [dom("two.test")].into(),
+                default_deny: false,
+            },
+        );
+        b.update_policy(&pid("a"), &diff).unwrap();
+        assert_eq!(
+            b.kernel().log,
+            [
+                "domain two.test allow=true deny=true".to_string(),
+                "domain two.test allow=false deny=true".to_string(),
+                format!("forget set {set} name Some({two})"),
+            ]
+        );
+        assert_eq!(
+            b.kernel().learned.keys().collect::<Vec<_>>(),
+            [&(set, ip("192.0.2.1"))]
+        );
+        // No domain left: the flag comes down, the set's learned go with
+        // the release.
+        b.update_policy(
+            &pid("a"),
+            &ProgramDiff::between(
+                &Rules {
+                    allow: [dom("one.test")].into(),
+                    deny: [dom("two.test")].into(),
+                    default_deny: false,
+                },
+                &Rules::default(),
+            ),
+        )
+        .unwrap();
+        assert!(!b.kernel().filters[&1].1.domains);
+        assert!(b.kernel().domains.is_empty());
+        assert!(b.kernel().learned.is_empty());
+        b.kernel_mut().learn(set, ip("192.0.2.9"), one);
+        b.unbind(&pid("a"), 1).unwrap();
+        assert!(
+            b.kernel().learned.is_empty(),
+            "a released set id is reused: nothing it learned may stay"
+        );
+        assert!(!b.kernel().snooped.contains(&1));
+    }
+
+    #[test]
+    fn adoption_keeps_domains_and_their_numbers() {
+        let mut b = pinned_backend();
+        b.add_policy(
+            &pid("a"),
+            &Program::Enforce(Rules {
+                allow: [dom("allowed.test"), p("10.0.0.1/32")].into(),
+                deny: [dom("denied.test")].into(),
+                default_deny: true,
+            }),
+        )
+        .unwrap();
+        b.bind(&pid("a"), 1).unwrap();
+        let set = b.set_of(1).unwrap();
+        let id = name_id(&b, "allowed.test");
+        b.kernel_mut().learn(set, ip("192.0.2.1"), id);
+        let held = b.held().unwrap();
+        let b = restarted(b);
+        assert_eq!(b.held().unwrap(), held);
+        assert!(b.kernel().log.is_empty(), "{:?}", b.kernel().log);
+        assert_eq!(b.kernel().ledger_writes, 0);
+        assert_eq!(
+            b.learned_addresses(&Domain::new("allowed.test").unwrap())
+                .unwrap(),
+            [ip("192.0.2.1")].into(),
+            "the name keeps its number across the restart"
+        );
+    }
+
+    #[test]
+    fn domains_are_refused_where_the_snooper_did_not_load() {
+        let k = MemKernel {
+            no_snoop: true,
+            ..MemKernel::default()
+        };
+        let mut m = EgressManager::new(EgressEnforcer::new(k)).unwrap();
+        let out = m.upsert_policy(policy("a", Mode::Enforce, &["x.test", "10.0.0.1"], &[]));
+        assert_eq!(out.rejections.len(), 1);
+        assert!(matches!(
+            out.rejections[0].reason,
+            RejectReason::DomainsUnavailable(_)
+        ));
+        assert_eq!(
+            m.programmed()[&pid("a")].program,
+            rules(&["10.0.0.1"], &[], false)
+        );
+    }
+
+    #[test]
+    fn a_services_addresses_follow_the_api() {
+        let mut m = EgressManager::new(fake()).unwrap();
+        m.services_synced();
+        m.upsert_pod(pod("p1", "web", &[1]));
+        let out = m.upsert_policy(policy(
+            "a",
+            Mode::Enforce,
+            &["api.prod.svc", "10.0.0.1"],
+            &["*"],
+        ));
+        assert!(out.rejections.is_empty() && out.failures.is_empty());
+        assert_eq!(m.unresolved(&pid("a")), ["api.prod.svc"]);
+        assert_eq!(
+            m.programmed()[&pid("a")].program,
+            rules(&["10.0.0.1"], &[], true),
+            "absent: resolves to nothing"
+        );
+        let api = svc("prod", "api");
+        let r = m.set_service_addresses(
+            api.clone(),
+            Some([ip("10.96.0.5"), ip("10.244.1.7")].into()),
+        );
+        assert!(r.failures.is_empty());
+        assert_eq!(r.policies, [pid("a")]);
+        assert!(
+            m.set_service_addresses(svc("prod", "other"), Some([ip("10.96.0.9")].into()))
+                .policies
+                .is_empty(),
+            "a Service no policy names re-programs nothing"
+        );
+        assert!(m.unresolved(&pid("a")).is_empty());
+        assert_eq!(
+            m.programmed()[&pid("a")].program,
+            rules(&["10.0.0.1", "10.96.0.5", "10.244.1.7"], &[], true)
+        );
+        assert_eq!(
+            m.backend().decide(1, &p("10.244.1.7/32")),
+            Decision::Allowed
+        );
+        assert_eq!(
+            m.known_addresses("api.prod.svc.cluster.local"),
+            [ip("10.96.0.5"), ip("10.244.1.7")].into()
+        );
+        // An endpoint replaced: one update, by diff.
+        m.backend_mut().clear_ops();
+        m.set_service_addresses(
+            api.clone(),
+            Some([ip("10.96.0.5"), ip("10.244.2.9")].into()),
+        );
+        let ops = m.backend().mutations();
+        assert_eq!(ops.len(), 1, "{ops:?}");
+        assert!(matches!(ops[0], FakeOp::Update(..)));
+        assert_eq!(
+            m.backend().decide(1, &p("10.244.1.7/32")),
+            Decision::DefaultDenied
+        );
+        // The same addresses again change nothing.
+        m.backend_mut().clear_ops();
+        m.set_service_addresses(
+            api.clone(),
+            Some([ip("10.96.0.5"), ip("10.244.2.9")].into()),
+        );
+        assert!(m.backend().mutations().is_empty());
+        // The Service deleted: its addresses go.
+        m.set_service_addresses(api, None);
+        assert_eq!(
+            m.programmed()[&pid("a")].program,
+            rules(&["10.0.0.1"], &[], true)
+        );
+        assert_eq!(m.unresolved(&pid("a")), ["api.prod.svc"]);
+        assert!(m.known_addresses("api.prod.svc").is_empty());
+        assert!(m.known_addresses("not a value").is_empty());
+    }
+
+    #[test]
+    fn until_the_services_are_listed_a_restart_keeps_their_addresses() {
+        let mut m = EgressManager::new(pinned_backend()).unwrap();
+        m.services_synced();
+        m.set_service_addresses(svc("prod", "db"), Some([ip("10.96.0.7")].into()));
+        m.upsert_pod(pod("pa", "web", &[1]));
+        m.upsert_policy(policy("a", Mode::Enforce, &[], &["db.prod.svc"]));
+        let before = m.programmed().clone();
+        assert_eq!(before[&pid("a")].program, rules(&[], &["10.96.0.7"], false));
+
+        let mut m = EgressManager::new(restarted(m.backend)).unwrap();
+        m.upsert_pod(pod("pa", "web", &[1]));
+        // The policy before the Service watch listed: nothing changes.
+        m.upsert_policy(policy("a", Mode::Enforce, &[], &["db.prod.svc"]));
+        assert_eq!(m.programmed(), &before);
+        assert!(
+            m.backend().kernel().log.is_empty(),
+            "{:?}",
+            m.backend().kernel().log
+        );
+        assert_eq!(
+            m.backend_mut().kernel_mut().packet(1, ip("10.96.0.7")),
+            Some(bpf::Decision::Denied)
+        );
+        // Listed with the same address: still nothing to write.
+        m.set_service_addresses(svc("prod", "db"), Some([ip("10.96.0.7")].into()));
+        assert!(m.services_synced().failures.is_empty());
+        assert!(
+            m.backend().kernel().log.is_empty(),
+            "{:?}",
+            m.backend().kernel().log
+        );
+        // Gone since: the sync takes it out.
+        m.set_service_addresses(svc("prod", "db"), None);
+        assert_eq!(m.programmed()[&pid("a")].program, rules(&[], &[], false));
+        assert_eq!(
+            m.backend_mut().kernel_mut().packet(1, ip("10.96.0.7")),
+            Some(bpf::Decision::Unmatched)
+        );
     }
 }

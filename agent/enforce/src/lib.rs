@@ -13,11 +13,15 @@
 //!   the classifier, the union of the policies selecting each pod).
 //! - [`dns`]: the DNS question observer's gate (which pods it sees) and the
 //!   name matcher of the dns behavior.
+//! - [`egress`]: the network manager and its kernel backend (the egress
+//!   filter with its DNS answer snooper).
+//! - [`names`]: cluster Service names and the addresses the API gives them.
 
 pub mod dns;
 pub mod egress;
 pub mod fake;
 pub mod lsm;
+pub mod names;
 pub mod openexec;
 pub mod protocol;
 pub mod seam;

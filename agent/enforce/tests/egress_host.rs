@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use kyverno_runtime_enforce::egress::{
-    ContainerCgroup, EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy,
+    ContainerCgroup, DomainSupport as _, EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy,
 };
 use kyverno_runtime_enforce::openexec::{BehaviorLists, Mode};
 use kyverno_runtime_enforce::PolicyId;
@@ -107,12 +107,12 @@ fn policies_union_over_a_real_cgroup() {
             path: cg.0.clone(),
         }],
     });
-    // Default deny with an allow list, and a name that is refused (not
-    // resolved yet) rather than dropped.
-    let out = m.upsert_policy(policy("allow-list", &["127.0.0.2", "db.example"], &["*"]));
+    // Default deny with an allow list, and a value that is refused (an
+    // address that is none) rather than dropped.
+    let out = m.upsert_policy(policy("allow-list", &["127.0.0.2", "10.0.0.300"], &["*"]));
     assert!(out.failures.is_empty(), "{:?}", out.failures);
     assert_eq!(out.rejections.len(), 1);
-    assert!(out.rejections[0].needs_name_resolution());
+    assert_eq!(out.rejections[0].value, "10.0.0.300");
     // A second policy: its allow lifts the first one's default deny, its
     // deny beats every allow.
     let out = m.upsert_policy(policy("second", &["::1"], &["127.0.0.2/32"]));
@@ -135,5 +135,56 @@ fn policies_union_over_a_real_cgroup() {
     assert!(!connects(&cg, "::1"));
     assert!(m.delete_pod("pod-1").is_empty());
     assert!(connects(&cg, "::1"));
+    assert_eq!(m.backend().kernel().attached().count(), 0);
+}
+
+#[test]
+fn a_domain_attaches_the_snooper_and_names_the_set() {
+    let cg = TempCgroup::new("egress-host", "domain");
+    let mut m = EgressManager::new(EgressEnforcer::load().unwrap()).unwrap();
+    m.backend()
+        .domains_available()
+        .expect("the DNS answer snooper loads on this kernel");
+    m.upsert_pod(NetworkPod {
+        uid: "pod-1".into(),
+        namespace: "default".into(),
+        name: "web".into(),
+        labels: BTreeMap::new(),
+        namespace_labels: BTreeMap::new(),
+        cgroups: vec![ContainerCgroup {
+            id: cg.id(),
+            path: cg.0.clone(),
+        }],
+    });
+    let out = m.upsert_policy(policy("names", &["Allowed.Test"], &["denied.test"]));
+    assert!(
+        out.failures.is_empty() && out.rejections.is_empty(),
+        "{out:?}"
+    );
+    let kernel = m.backend().kernel();
+    assert_eq!(kernel.snooped().collect::<Vec<_>>(), [cg.id()]);
+    let state = kernel.filter().read_state().unwrap();
+    let (set, flags) = state.filters[&cg.id()];
+    assert!(flags.domains, "{flags:?}");
+    let names: Vec<(String, bool, bool)> = state.sets[&set]
+        .domains
+        .iter()
+        .map(|(d, (v, _))| (d.to_string(), v.allow, v.deny))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("allowed.test".to_string(), true, false),
+            ("denied.test".to_string(), false, true)
+        ]
+    );
+    // Nothing named any more: the domains and the flag go, the snooper
+    // stays with the filter until the cgroup is released.
+    m.upsert_policy(policy("names", &["127.0.0.9"], &[]));
+    let state = m.backend().kernel().filter().read_state().unwrap();
+    assert!(!state.filters[&cg.id()].1.domains);
+    assert!(state.sets.values().all(|s| s.domains.is_empty()));
+    assert!(m.delete_pod("pod-1").is_empty());
+    assert_eq!(m.backend().kernel().snooped().count(), 0);
     assert_eq!(m.backend().kernel().attached().count(), 0);
 }

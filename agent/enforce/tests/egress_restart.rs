@@ -179,8 +179,13 @@ fn enforcement_survives_a_restart_and_converges_by_diffs() {
         assert_eq!(backend.kernel().filter().pin_outcome(), &PinOutcome::Fresh);
         let mut m = EgressManager::new(backend).unwrap();
         assert!(m.upsert_pod(pod("pod-1", &cg)).is_empty());
-        for (id, deny) in [("deny-2", "127.0.0.2/32"), ("deny-3", "127.0.0.3")] {
-            let out = m.upsert_policy(policy(id, &[], &[deny]));
+        // deny-2 names a domain too: its entry, the snooper's link and
+        // what it learned are pinned with the rest.
+        for (id, deny) in [
+            ("deny-2", &["127.0.0.2/32", "denied.test"][..]),
+            ("deny-3", &["127.0.0.3"][..]),
+        ] {
+            let out = m.upsert_policy(policy(id, &[], deny));
             assert!(out.failures.is_empty(), "{:?}", out.failures);
         }
         assert!(!connects(&cg, "127.0.0.2"));
@@ -190,6 +195,7 @@ fn enforcement_survives_a_restart_and_converges_by_diffs() {
         // The daemon exits: every fd of the manager's backend is closed.
     };
     assert!(pins.join("links").join(cg.id().to_string()).exists());
+    assert!(pins.join("snoop_links").join(cg.id().to_string()).exists());
     assert_eq!(
         EgressFilter::pinned_layout_version(&pins).unwrap(),
         Some(LAYOUT_VERSION)
@@ -219,9 +225,14 @@ fn enforcement_survives_a_restart_and_converges_by_diffs() {
     assert_eq!(m.programmed(), &before);
     // The same pod and the surviving policy: no change, so no kernel write.
     assert!(m.upsert_pod(pod("pod-1", &cg)).is_empty());
-    let out = m.upsert_policy(policy("deny-2", &[], &["127.0.0.2/32"]));
+    let out = m.upsert_policy(policy("deny-2", &[], &["127.0.0.2/32", "denied.test"]));
     assert!(out.failures.is_empty(), "{:?}", out.failures);
     assert_eq!(m.backend().kernel().mutations(), 0, "nothing to change");
+    assert_eq!(
+        m.backend().kernel().snooped().collect::<Vec<_>>(),
+        [cg.id()],
+        "the snooper's link was adopted with the filter's"
+    );
     assert_eq!(m.programmed(), &before);
     assert!(!connects(&cg, "127.0.0.2"));
     // deny-3 was deleted while no daemon ran: kept until the reconcile,
@@ -274,7 +285,8 @@ fn an_incompatible_pin_layout_is_discarded_without_a_gap() {
         other => panic!("not discarded: {other:?}"),
     }
     assert!(backend.held().unwrap().is_empty(), "nothing misread");
-    assert_eq!(backend.kernel().stale_links(), 2);
+    // Each cgroup's filter link and snooper link.
+    assert_eq!(backend.kernel().stale_links(), 4);
     assert_eq!(
         EgressFilter::pinned_layout_version(&pins).unwrap(),
         Some(LAYOUT_VERSION),
@@ -289,7 +301,7 @@ fn an_incompatible_pin_layout_is_discarded_without_a_gap() {
     m.upsert_pod(pod("pod-a", &a));
     let out = m.upsert_policy(policy("deny-2", &[], &["127.0.0.2"]));
     assert!(out.failures.is_empty(), "{:?}", out.failures);
-    assert_eq!(m.backend().kernel().stale_links(), 1);
+    assert_eq!(m.backend().kernel().stale_links(), 2, "b's two");
     assert!(!connects(&a, "127.0.0.2"));
     assert!(connects(&a, "127.0.0.1"));
     assert!(!connects(&b, "127.0.0.2"), "b's old link still holds");

@@ -31,6 +31,15 @@ pub enum DropReason {
     shutdown,
     /// Findings of a policy deleted before they were written.
     policy_deleted,
+    /// The DNS answer snooper could not read a response to its end (a
+    /// truncated or malformed message, a name over the key width, other
+    /// than one question): what it carried after that was not learned.
+    answer_unreadable,
+    /// Answer records or CNAMEs beyond the snooper's bounded walk: not
+    /// learned.
+    walk_limit,
+    /// The learned-address map refused an address.
+    learn_failed,
 }
 
 /// Why an event source failed (`source_failures_total{reason}`).

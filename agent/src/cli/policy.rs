@@ -12,7 +12,8 @@ use crate::daemon::convert;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use kyverno_runtime_api::runtimepolicy::RuntimePolicy;
-use kyverno_runtime_enforce::egress::compile_network;
+use kyverno_runtime_enforce::egress::{compile_network, NameContext};
+use kyverno_runtime_enforce::names::ServiceAddresses;
 use kyverno_runtime_enforce::openexec::{compile_paths, Mode};
 use kyverno_runtime_policy::compile::CompiledPolicy;
 use kyverno_runtime_policy::values::{parse_dns, parse_protocol, BehaviorKind, ValueError};
@@ -117,12 +118,27 @@ fn check_document(value: serde_yaml::Value) -> (String, bool) {
         let Some(lists) = convert::lists(&result, kind) else {
             continue;
         };
+        let mut services = Vec::new();
         let rejected: Vec<String> = match kind {
-            BehaviorKind::Network => compile_network(kernel_mode, Some(&lists))
-                .1
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
+            BehaviorKind::Network => {
+                // Offline no Service has an address and every node is
+                // assumed to learn domains: what is checked is the values.
+                let none = ServiceAddresses::new();
+                let compiled = compile_network(
+                    kernel_mode,
+                    Some(&lists),
+                    &NameContext {
+                        services: &none,
+                        domains: Ok(()),
+                    },
+                );
+                services = compiled.services.iter().map(ToString::to_string).collect();
+                compiled
+                    .rejections
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect()
+            }
             BehaviorKind::Open | BehaviorKind::Exec => compile_paths(kernel_mode, Some(&lists))
                 .1
                 .iter()
@@ -141,6 +157,13 @@ fn check_document(value: serde_yaml::Value) -> (String, bool) {
         let _ = writeln!(out, "  {}", lists.field.as_str());
         let _ = writeln!(out, "    allow: {}", show(&lists.allow));
         let _ = writeln!(out, "    deny:  {}", show(&lists.deny));
+        if !services.is_empty() {
+            let _ = writeln!(
+                out,
+                "    Services (each node programs their addresses from the API): {}",
+                services.join(", ")
+            );
+        }
         for r in &rejected {
             let _ = writeln!(out, "    error: {r}");
         }

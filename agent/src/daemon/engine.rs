@@ -23,13 +23,17 @@ use kyverno_runtime_api::runtimepolicy::{
     BehaviorBackend, EventSourceState, EventSourceStatus, NodePolicyStatus, RuntimePolicy,
     RuntimePolicyMode, UnresolvedPod,
 };
+use kyverno_runtime_bpf::egress::SnoopStats;
 use kyverno_runtime_enforce::dns::{DnsGateManager, DnsPolicy, KernelDns};
-use kyverno_runtime_enforce::egress::{EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy};
+use kyverno_runtime_enforce::egress::{
+    EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy, Reprogrammed,
+};
 use kyverno_runtime_enforce::lsm::LsmEnforcer;
+use kyverno_runtime_enforce::names::ServiceName;
 use kyverno_runtime_enforce::openexec::{OpenExecManager, OpenExecPolicy, Pod as OpenExecPod};
 use kyverno_runtime_enforce::protocol::{KernelProtocol, ProtocolManager, ProtocolPolicy};
 use kyverno_runtime_enforce::PolicyId;
-use kyverno_runtime_metrics::Metrics;
+use kyverno_runtime_metrics::{DropReason, Metrics};
 use kyverno_runtime_plane::SourceState;
 use kyverno_runtime_policy::compile::{CompiledPolicy, EvaluationResult};
 use kyverno_runtime_policy::selector::PodTarget;
@@ -37,6 +41,7 @@ use kyverno_runtime_policy::values::BehaviorKind;
 use kyverno_runtime_report::{Finding, ReporterHandle};
 use kyverno_runtime_status::{types, NodeReport, Reports};
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -198,6 +203,9 @@ pub struct Engine {
     failures: BTreeMap<String, Vec<String>>,
     /// Rejected values by policy uid, for the spec-level conditions.
     rejections: BTreeMap<String, Rejections>,
+    /// The DNS answer snooper's counters at the last look (they are
+    /// cumulative; metrics take the deltas).
+    snoop_seen: SnoopStats,
 }
 
 #[derive(Default)]
@@ -238,6 +246,7 @@ impl Engine {
             pods: BTreeMap::new(),
             failures: BTreeMap::new(),
             rejections: BTreeMap::new(),
+            snoop_seen: SnoopStats::default(),
         }
     }
 
@@ -684,6 +693,82 @@ impl Engine {
         self.metrics.set_pods_unresolved(n as i64);
     }
 
+    // ---- cluster Service names ------------------------------------------------------
+
+    /// The API reported `service`'s addresses (`None`: it does not exist):
+    /// the network manager re-programs the policies naming it.
+    pub fn service_addresses(&mut self, service: ServiceName, addresses: Option<BTreeSet<IpAddr>>) {
+        if let Some(m) = self.egress.get() {
+            let done = m.set_service_addresses(service, addresses);
+            self.reprogrammed(done);
+        }
+    }
+
+    /// Every Service and EndpointSlice has been listed: Service names
+    /// resolve from now on (until then an adopted policy keeps what it
+    /// held).
+    pub fn services_synced(&mut self) {
+        if let Some(m) = self.egress.get() {
+            let done = m.services_synced();
+            self.reprogrammed(done);
+        }
+    }
+
+    /// Counts what the DNS answer snooper read since the last call: learned
+    /// addresses as ingested, and every response or record it could not
+    /// use as dropped (source `dnssnoop`), so a domain that learns nothing
+    /// is explained.
+    pub fn snoop_counters(&mut self) {
+        let Some(m) = self.egress.get_ref() else {
+            return;
+        };
+        let now = match m.backend().kernel().filter().read_snoop_stats() {
+            Ok(s) => s,
+            // Not loaded here: domains are refused, nothing to count.
+            Err(e) => {
+                tracing::trace!(error = %e, "DNS answer snooper counters unavailable");
+                return;
+            }
+        };
+        let was = std::mem::replace(&mut self.snoop_seen, now);
+        let delta = |n: u64, w: u64| n.saturating_sub(w);
+        self.metrics
+            .events_ingested("dnssnoop", "response", delta(now.responses, was.responses));
+        self.metrics
+            .events_ingested("dnssnoop", "learned", delta(now.learned, was.learned));
+        self.metrics.events_dropped(
+            "dnssnoop",
+            DropReason::answer_unreadable,
+            delta(
+                now.malformed + now.name_too_long + now.unsupported,
+                was.malformed + was.name_too_long + was.unsupported,
+            ),
+        );
+        self.metrics.events_dropped(
+            "dnssnoop",
+            DropReason::walk_limit,
+            delta(now.walk_limit, was.walk_limit),
+        );
+        self.metrics.events_dropped(
+            "dnssnoop",
+            DropReason::learn_failed,
+            delta(now.learn_failed, was.learn_failed),
+        );
+    }
+
+    fn reprogrammed(&mut self, done: Reprogrammed) {
+        for f in done.failures {
+            tracing::error!(policy = %f.policy, failure = %f, "re-programming a Service's addresses failed");
+            self.failures
+                .entry(f.policy.as_str().to_string())
+                .or_default()
+                .push(f.to_string());
+        }
+        if !done.policies.is_empty() {
+            self.refresh_reports();
+        }
+    }
+
     /// Reconciles what a previous daemon left pinned, once policies and
     /// pods have synced: anything held that no current policy wants is
     /// removed.
@@ -809,6 +894,18 @@ impl Engine {
             Some(RuntimePolicyMode::Enforce) => shard.enforcement_available = available,
             Some(RuntimePolicyMode::Monitor) => shard.observation_available = available,
             None => {}
+        }
+        // Not a gap in enforcement: a Service that does not exist (yet) has
+        // no address to enforce, and is said so.
+        let unresolved = match (self.egress.get_ref(), PolicyId::new(p.uid.clone())) {
+            (Some(m), Ok(id)) => m.unresolved(&id),
+            _ => Vec::new(),
+        };
+        if !unresolved.is_empty() {
+            missing.push(format!(
+                "network: Services without addresses yet (they resolve once they have some): {}",
+                unresolved.join(", ")
+            ));
         }
         if !missing.is_empty() {
             shard.message = Some(missing.join("; "));

@@ -30,6 +30,7 @@
 pub(crate) mod convert;
 mod engine;
 mod resolve;
+mod services;
 mod watches;
 
 use anyhow::Context as _;

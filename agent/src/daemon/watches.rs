@@ -2,11 +2,16 @@
 //! RuntimePolicies and Namespaces first; the Pod watch (this node only)
 //! starts once both have listed, so a new pod is matched against every
 //! known policy and its namespace's labels; pinned state is reconciled once
-//! pods have listed too.
+//! pods have listed too. Services and EndpointSlices are watched from the
+//! start beside them, for the network values that name a Service (see
+//! [`super::services`]): each change hands the Service's addresses to the
+//! engine, and once both have listed the engine is told they are complete.
 
 use super::engine::Engine;
+use super::services::{Changes, ServiceNames};
 use futures::stream::{select_all, BoxStream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -44,6 +49,8 @@ enum Update {
     Policy(Box<Event<RuntimePolicy>>),
     Namespace(Box<Event<Namespace>>),
     Pod(Box<Event<Pod>>),
+    Service(Box<Event<Service>>),
+    Slice(Box<Event<EndpointSlice>>),
 }
 
 /// A relist in progress: the keys it has delivered so far, so that keys
@@ -85,8 +92,23 @@ impl Watches {
         .default_backoff()
         .map(|e| e.map(|e| Update::Namespace(Box::new(e))))
         .boxed();
+        let services = watcher::watcher(
+            Api::<Service>::all(self.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .map(|e| e.map(|e| Update::Service(Box::new(e))))
+        .boxed();
+        let slices = watcher::watcher(
+            Api::<EndpointSlice>::all(self.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .map(|e| e.map(|e| Update::Slice(Box::new(e))))
+        .boxed();
         let mut streams: futures::stream::SelectAll<BoxStream<'static, _>> =
-            select_all([policies, namespaces]);
+            select_all([policies, namespaces, services, slices]);
+        let mut names = ServiceNames::new();
         let mut relists = Relists::default();
         let mut synced = Synced::default();
         tokio::pin!(stop);
@@ -101,6 +123,12 @@ impl Watches {
                     // kube-runtime's backoff retries; the error is worth a
                     // line each time (a Forbidden here is an RBAC gap).
                     Some(Err(e)) => tracing::warn!(error = %e, "watch error (retrying)"),
+                    Some(Ok(Update::Service(event))) => {
+                        hand_over(&mut lock(&engine), names.service_event(*event));
+                    }
+                    Some(Ok(Update::Slice(event))) => {
+                        hand_over(&mut lock(&engine), names.slice_event(*event));
+                    }
                     Some(Ok(update)) => apply(&mut lock(&engine), &mut relists, &mut synced, update),
                 },
                 () = sleep_until(due), if due.is_some() => lock(&engine).evaluate_due(std::time::Instant::now()),
@@ -122,6 +150,17 @@ impl Watches {
     }
 }
 
+/// Hands what a Service or EndpointSlice event changed to the engine.
+fn hand_over(engine: &mut Engine, changes: Changes) {
+    for (service, addresses) in changes.services {
+        engine.service_addresses(service, addresses);
+    }
+    if changes.synced {
+        tracing::info!("Services and EndpointSlices listed; Service names resolve");
+        engine.services_synced();
+    }
+}
+
 async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -131,6 +170,8 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 
 fn apply(engine: &mut Engine, relists: &mut Relists, synced: &mut Synced, update: Update) {
     match update {
+        // Handed to the Service names above.
+        Update::Service(_) | Update::Slice(_) => {}
         Update::Policy(event) => match *event {
             Event::Init => relists.policies = Some(BTreeSet::new()),
             Event::InitApply(rp) => {

@@ -158,7 +158,8 @@ fn escape_label(label: &[u8], out: &mut String) {
 ///
 /// The inverse of [`decode_key`]: `encode_name(&decode_key(k)?)` gives `k`
 /// back for every key the kernel can write. This is also how a policy-named
-/// domain becomes a map key for a future egress snooper.
+/// domain becomes the egress filter's `egress_domains` key, which the DNS
+/// answer snooper matches answered names against.
 pub fn encode_name(name: &str) -> Result<DomainKey, EncodeError> {
     if name.is_empty() {
         return Err(EncodeError::Empty);

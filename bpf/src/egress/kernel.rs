@@ -9,7 +9,10 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::fs;
+use std::net::IpAddr;
+use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use libbpf_rs::query::LinkTypeInfo;
 use libbpf_rs::{
@@ -17,16 +20,19 @@ use libbpf_rs::{
 };
 
 use super::{
-    key, EgressError, FilterFlags, LedgerKind, Observation, PinOutcome, PinnedLinks, PinnedState,
-    Prefix, Result, Stats, Verdict,
+    key, Domain, DomainVerdicts, EgressError, FilterFlags, Learned, LedgerKind, Observation,
+    PinOutcome, PinnedLinks, PinnedState, Prefix, Result, SnoopStats, Stats, Verdict,
 };
 use crate::cgroup_attach::{attach_egress, CgroupLink};
 use crate::libbpf_log::Capture;
+use crate::skel::dnssnoop::snoop;
 use crate::skel::egress::egress_filter;
 use crate::sys::{self, errno};
 
 /// The program's name in `egress_filter.bpf.c`.
 const PROGRAM: &str = "krt_egress";
+/// The snooper's program in `dnssnoop/snoop.bpf.c`.
+const SNOOP_PROGRAM: &str = "krt_dns_snoop";
 
 /// Map names in `egress_filter.bpf.c`.
 const CGROUP_FILTERS: &str = "cgroup_filters";
@@ -40,9 +46,18 @@ const META: &str = "egress_meta";
 const POLICIES: &str = "egress_policies";
 const RULES: &str = "egress_rules";
 const BINDINGS: &str = "egress_bindings";
+const DOMAINS: &str = "egress_domains";
+const LEARNED: &str = "egress_learned";
+const DOMAIN_RULES: &str = "egress_domain_rules";
+/// The snooper's own map of counters (not pinned: counters since load).
+const SNOOP_STATS: &str = "snoop_stats";
+
+/// The filter's maps the snooper object declares too (`egress_maps.h`)
+/// and reuses instead of creating.
+const SHARED_WITH_SNOOP: [&str; 3] = [CGROUP_FILTERS, DOMAINS, LEARNED];
 
 /// Every map pinned: all of the object's but libbpf's internal `.bss`.
-const PINNED_MAPS: [&str; 11] = [
+const PINNED_MAPS: [&str; 14] = [
     CGROUP_FILTERS,
     ALLOW_V4,
     DENY_V4,
@@ -54,11 +69,15 @@ const PINNED_MAPS: [&str; 11] = [
     POLICIES,
     RULES,
     BINDINGS,
+    DOMAINS,
+    LEARNED,
+    DOMAIN_RULES,
 ];
 
 /// Subdirectories of a pin directory.
 const MAPS_DIR: &str = "maps";
 const LINKS_DIR: &str = "links";
+const SNOOP_LINKS_DIR: &str = "snoop_links";
 /// Suffix of a link pin staged before its rename over the real one (bpffs
 /// names cannot hold a `.`).
 const STAGED: &str = "_new";
@@ -76,6 +95,12 @@ pub(super) struct Filter {
     policies: Map,
     rules: Map,
     bindings: Map,
+    domains: Map,
+    learned: Map,
+    domain_rules: Map,
+    /// The DNS answer snooper over this filter's maps, or why the kernel
+    /// refused it.
+    snoop: std::result::Result<Snoop, EgressError>,
     /// The pin directory, when loaded with one.
     pin_dir: Option<PathBuf>,
     outcome: PinOutcome,
@@ -142,6 +167,104 @@ impl Map {
     fn keys(&self) -> Vec<Vec<u8>> {
         sys::unique_keys(&self.handle)
     }
+}
+
+/// The loaded snooper: its object (program and private maps) and its
+/// counters.
+#[derive(Debug)]
+struct Snoop {
+    stats: Map,
+    object: Object,
+}
+
+impl Snoop {
+    /// Loads the snooper object over `filter`'s shared maps
+    /// ([`SHARED_WITH_SNOOP`]); every one of them must be reused, so the
+    /// snooper can never write maps the filter does not read.
+    fn load(filter: &Filter, capture: &Capture) -> Result<Self> {
+        let mut open = ObjectBuilder::default()
+            .open_memory(snoop::OBJECT)
+            .map_err(|e| EgressError::Open {
+                message: format!("{e:#}"),
+            })?;
+        let mut reused = Vec::new();
+        for mut map in open.maps_mut() {
+            let Some(shared) = map.name().to_str().and_then(|name| filter.shared_map(name)) else {
+                continue;
+            };
+            map.reuse_fd(shared.handle.as_fd())
+                .map_err(|e| EgressError::Load {
+                    errno: errno(&e),
+                    message: format!("reusing map {} for the snooper: {e:#}", shared.name),
+                    verifier_log: None,
+                })?;
+            reused.push(shared.name);
+        }
+        if let Some(missing) = SHARED_WITH_SNOOP.iter().find(|m| !reused.contains(m)) {
+            return Err(EgressError::Load {
+                errno: None,
+                message: format!("the snooper object declares no map {missing}"),
+                verifier_log: None,
+            });
+        }
+        let object = open.load().map_err(|e| EgressError::Load {
+            errno: errno(&e),
+            message: format!("{e:#}"),
+            verifier_log: capture.log(),
+        })?;
+        let stats = object
+            .maps()
+            .find(|m| m.name().to_str() == Some(SNOOP_STATS))
+            .ok_or_else(|| EgressError::Load {
+                errno: None,
+                message: format!("the snooper object has no map {SNOOP_STATS}"),
+                verifier_log: None,
+            })
+            .and_then(|m| {
+                MapHandle::try_from(&m).map_err(|e| EgressError::Load {
+                    errno: errno(&e),
+                    message: format!("duplicating the fd of map {SNOOP_STATS}: {e:#}"),
+                    verifier_log: None,
+                })
+            })?;
+        let snoop = Self {
+            stats: Map {
+                name: SNOOP_STATS,
+                handle: stats,
+            },
+            object,
+        };
+        if snoop.program().is_none() {
+            return Err(EgressError::Load {
+                errno: None,
+                message: format!("the snooper object has no program {SNOOP_PROGRAM}"),
+                verifier_log: None,
+            });
+        }
+        Ok(snoop)
+    }
+
+    fn program(&self) -> Option<libbpf_rs::ProgramMut<'_>> {
+        self.object
+            .progs_mut()
+            .find(|p| p.name().to_str() == Some(SNOOP_PROGRAM))
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of `bpf_ktime_get_ns`,
+/// which learned entries expire by.
+fn monotonic_ns() -> Result<u64> {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_err(|e| {
+        EgressError::Map {
+            map: LEARNED,
+            op: "clock_gettime",
+            errno: Some(e as i32),
+            message: e.to_string(),
+        }
+    })?;
+    let secs = u64::try_from(now.tv_sec()).unwrap_or(0);
+    let nanos = u64::try_from(now.tv_nsec()).unwrap_or(0);
+    Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
 }
 
 fn pin_err(path: &Path, message: impl std::fmt::Display) -> EgressError {
@@ -269,11 +392,13 @@ impl Filter {
     pub(super) fn load(pin_dir: Option<&Path>) -> Result<Self> {
         let capture = Capture::start();
         let loaded = match pin_dir {
-            None => Self::open().and_then(Self::load_open).map(|f| Self {
-                outcome: PinOutcome::Unpinned,
-                ..f
-            }),
-            Some(dir) => Self::load_pinned(dir),
+            None => Self::open()
+                .and_then(|open| Self::load_open(open, &capture))
+                .map(|f| Self {
+                    outcome: PinOutcome::Unpinned,
+                    ..f
+                }),
+            Some(dir) => Self::load_pinned(dir, &capture),
         };
         loaded.map_err(|e| match e {
             EgressError::Load {
@@ -317,10 +442,11 @@ impl Filter {
     /// Loads over the pins under `dir` (see the module docs of `egress`):
     /// checks them, discards them if this object cannot read them, reuses
     /// or creates the maps, then adopts the pinned links.
-    fn load_pinned(dir: &Path) -> Result<Self> {
+    fn load_pinned(dir: &Path, capture: &Capture) -> Result<Self> {
         let maps_dir = dir.join(MAPS_DIR);
         let links_dir = dir.join(LINKS_DIR);
-        for d in [&maps_dir, &links_dir] {
+        let snoop_links_dir = dir.join(SNOOP_LINKS_DIR);
+        for d in [&maps_dir, &links_dir, &snoop_links_dir] {
             fs::create_dir_all(d).map_err(|e| pin_err(d, e))?;
         }
         let mut open = Self::open()?;
@@ -339,7 +465,7 @@ impl Filter {
                     .map_err(|e| pin_err(&path, format!("{e:#}")))?;
             }
         }
-        let mut filter = Self::load_open(open)?;
+        let mut filter = Self::load_open(open, capture)?;
         filter.pin_dir = Some(dir.to_owned());
         filter.outcome = match discarded {
             Some(reason) => PinOutcome::Discarded { reason },
@@ -353,11 +479,14 @@ impl Filter {
                 .meta
                 .update(&key::META_KEY, &key::meta_value(key::LAYOUT_VERSION))?;
         }
-        filter.pinned_links = filter.open_pinned_links(&links_dir, adopting)?;
+        filter.pinned_links = filter.open_pinned_links(&links_dir, adopting, false)?;
+        let snoop_links = filter.open_pinned_links(&snoop_links_dir, adopting, true)?;
+        filter.pinned_links.snoop_adopted = snoop_links.adopted;
+        filter.pinned_links.snoop_stale = snoop_links.stale;
         Ok(filter)
     }
 
-    fn load_open(open: OpenObject) -> Result<Self> {
+    fn load_open(open: OpenObject, capture: &Capture) -> Result<Self> {
         let object = open.load().map_err(|e| load_err(&e))?;
         let map = |name: &'static str| -> Result<Map> {
             let m = object
@@ -375,7 +504,7 @@ impl Filter {
             })?;
             Ok(Map { name, handle })
         };
-        let filter = Self {
+        let mut filter = Self {
             cgroup_filters: map(CGROUP_FILTERS)?,
             allow_v4: map(ALLOW_V4)?,
             deny_v4: map(DENY_V4)?,
@@ -387,6 +516,12 @@ impl Filter {
             policies: map(POLICIES)?,
             rules: map(RULES)?,
             bindings: map(BINDINGS)?,
+            domains: map(DOMAINS)?,
+            learned: map(LEARNED)?,
+            domain_rules: map(DOMAIN_RULES)?,
+            snoop: Err(EgressError::SnoopUnavailable {
+                reason: "not loaded yet".to_owned(),
+            }),
             pin_dir: None,
             outcome: PinOutcome::Fresh,
             pinned_links: PinnedLinks::default(),
@@ -399,14 +534,43 @@ impl Filter {
                 verifier_log: None,
             });
         }
+        // A refused snooper costs the domains only: the filter serves
+        // everything else.
+        filter.snoop = Snoop::load(&filter, capture).map_err(|e| EgressError::SnoopUnavailable {
+            reason: match &e {
+                EgressError::Load {
+                    verifier_log: Some(log),
+                    ..
+                } => format!(
+                    "{e}: {}",
+                    crate::verifier_log::verifier_reason(log).unwrap_or(log.as_str())
+                ),
+                _ => e.to_string(),
+            },
+        });
         Ok(filter)
+    }
+
+    /// The filter's map named `name` if the snooper shares it.
+    fn shared_map(&self, name: &str) -> Option<&Map> {
+        match name {
+            CGROUP_FILTERS => Some(&self.cgroup_filters),
+            DOMAINS => Some(&self.domains),
+            LEARNED => Some(&self.learned),
+            _ => None,
+        }
     }
 
     /// Opens every link pinned under `links_dir`: links of cgroups this
     /// object's (adopted) maps filter are switched to this object's
     /// program and adopted; links of removed cgroups are unpinned; the
     /// rest are stale. Files that are not egress links are left alone.
-    fn open_pinned_links(&self, links_dir: &Path, adopting: bool) -> Result<PinnedLinks> {
+    fn open_pinned_links(
+        &self,
+        links_dir: &Path,
+        adopting: bool,
+        snooper: bool,
+    ) -> Result<PinnedLinks> {
         let names = |dir: &Path| -> Result<Vec<String>> {
             let mut names: Vec<String> = fs::read_dir(dir)
                 .map_err(|e| pin_err(dir, e))?
@@ -423,7 +587,16 @@ impl Filter {
             let real = links_dir.join(staged.trim_end_matches(STAGED));
             let _ = fs::rename(links_dir.join(staged), real);
         }
-        let filtered: BTreeSet<u64> = if adopting {
+        let (program_name, object) = if snooper {
+            (SNOOP_PROGRAM, self.snoop.as_ref().ok().map(|s| &s.object))
+        } else {
+            (PROGRAM, Some(&self.object))
+        };
+        let program =
+            object.and_then(|o| o.progs().find(|p| p.name().to_str() == Some(program_name)));
+        // Without a loaded snooper nothing can run its links: they are
+        // stale (released once the cgroup is re-programmed).
+        let filtered: BTreeSet<u64> = if adopting && program.is_some() {
             self.cgroup_filters
                 .keys()
                 .iter()
@@ -432,10 +605,6 @@ impl Filter {
         } else {
             BTreeSet::new()
         };
-        let program = self
-            .object
-            .progs()
-            .find(|p| p.name().to_str() == Some(PROGRAM));
         let mut out = PinnedLinks::default();
         for name in names(links_dir)? {
             let Ok(id) = name.parse::<u64>() else {
@@ -457,7 +626,7 @@ impl Filter {
                 remove_pin(&path)?;
                 continue;
             }
-            let mut link = CgroupLink::from_pin(PROGRAM, &path, id, link);
+            let mut link = CgroupLink::from_pin(program_name, &path, id, link);
             if cgroup.cgroup_id != id || !filtered.contains(&id) {
                 out.stale.push(link);
                 continue;
@@ -496,10 +665,19 @@ impl Filter {
     /// under another name, then renamed over whatever was pinned there, so
     /// the cgroup's previous link (if any) stays pinned until this one is.
     pub(super) fn pin_link(&self, link: &mut CgroupLink) -> Result<()> {
+        self.pin_link_in(link, LINKS_DIR)
+    }
+
+    /// [`Self::pin_link`] for a snooper link, under `snoop_links`.
+    pub(super) fn pin_snoop_link(&self, link: &mut CgroupLink) -> Result<()> {
+        self.pin_link_in(link, SNOOP_LINKS_DIR)
+    }
+
+    fn pin_link_in(&self, link: &mut CgroupLink, subdir: &str) -> Result<()> {
         let Some(dir) = &self.pin_dir else {
             return Ok(());
         };
-        let links = dir.join(LINKS_DIR);
+        let links = dir.join(subdir);
         let id = link.cgroup_id();
         let path = links.join(id.to_string());
         let staged = links.join(format!("{id}{STAGED}"));
@@ -532,8 +710,82 @@ impl Filter {
     }
 
     pub(super) fn read_state(&self) -> Result<PinnedState> {
+        StateMaps {
+            cgroup_filters: &self.cgroup_filters,
+            allow_v4: &self.allow_v4,
+            deny_v4: &self.deny_v4,
+            allow_v6: &self.allow_v6,
+            deny_v6: &self.deny_v6,
+            policies: &self.policies,
+            rules: &self.rules,
+            bindings: &self.bindings,
+            domains: &self.domains,
+            domain_rules: &self.domain_rules,
+        }
+        .read()
+    }
+
+    /// [`Self::read_state`] of the maps pinned under `dir`, without
+    /// loading anything (nothing pinned: an empty state).
+    pub(super) fn read_pinned_state(dir: &Path) -> Result<PinnedState> {
+        let maps_dir = dir.join(MAPS_DIR);
+        if !maps_dir.join(META).exists() {
+            return Ok(PinnedState::default());
+        }
+        let open = |name: &'static str| -> Result<Map> {
+            let path = maps_dir.join(name);
+            MapHandle::from_pinned_path(&path)
+                .map(|handle| Map { name, handle })
+                .map_err(|e| pin_err(&path, format!("{e:#}")))
+        };
+        let maps = [
+            open(CGROUP_FILTERS)?,
+            open(ALLOW_V4)?,
+            open(DENY_V4)?,
+            open(ALLOW_V6)?,
+            open(DENY_V6)?,
+            open(POLICIES)?,
+            open(RULES)?,
+            open(BINDINGS)?,
+            open(DOMAINS)?,
+            open(DOMAIN_RULES)?,
+        ];
+        let [cgroup_filters, allow_v4, deny_v4, allow_v6, deny_v6, policies, rules, bindings, domains, domain_rules] =
+            &maps;
+        StateMaps {
+            cgroup_filters,
+            allow_v4,
+            deny_v4,
+            allow_v6,
+            deny_v6,
+            policies,
+            rules,
+            bindings,
+            domains,
+            domain_rules,
+        }
+        .read()
+    }
+}
+
+/// The maps [`Filter::read_state`] decodes, wherever they come from.
+struct StateMaps<'a> {
+    cgroup_filters: &'a Map,
+    allow_v4: &'a Map,
+    deny_v4: &'a Map,
+    allow_v6: &'a Map,
+    deny_v6: &'a Map,
+    policies: &'a Map,
+    rules: &'a Map,
+    bindings: &'a Map,
+    domains: &'a Map,
+    domain_rules: &'a Map,
+}
+
+impl StateMaps<'_> {
+    fn read(&self) -> Result<PinnedState> {
         let mut state = PinnedState::default();
-        let map = &self.cgroup_filters;
+        let map = self.cgroup_filters;
         for k in map.keys() {
             let Some(v) = map.lookup(&k)? else { continue };
             let (id, set_id, flags) = key::decode_filter(&k, &v)
@@ -541,10 +793,10 @@ impl Filter {
             state.filters.insert(id, (set_id, flags));
         }
         for (map, v6, verdict) in [
-            (&self.allow_v4, false, Verdict::Allow),
-            (&self.deny_v4, false, Verdict::Deny),
-            (&self.allow_v6, true, Verdict::Allow),
-            (&self.deny_v6, true, Verdict::Deny),
+            (self.allow_v4, false, Verdict::Allow),
+            (self.deny_v4, false, Verdict::Deny),
+            (self.allow_v6, true, Verdict::Allow),
+            (self.deny_v6, true, Verdict::Deny),
         ] {
             for k in map.keys() {
                 let (set_id, prefix) = key::decode_trie_key(&k, v6)
@@ -556,14 +808,14 @@ impl Filter {
                 };
             }
         }
-        let map = &self.policies;
+        let map = self.policies;
         for k in map.keys() {
             let Some(v) = map.lookup(&k)? else { continue };
             let (id, kind) = key::decode_policy(&k, &v)
                 .ok_or_else(|| map.layout(format!("an entry {k:02x?} => {v:02x?}")))?;
             state.ledger.entry(id).or_default().kind = Some(kind);
         }
-        let map = &self.rules;
+        let map = self.rules;
         for k in map.keys() {
             let (id, verdict, prefix) = key::decode_rule_key(&k)
                 .ok_or_else(|| map.layout(format!("an undecodable key {k:02x?}")))?;
@@ -573,15 +825,39 @@ impl Filter {
                 Verdict::Deny => policy.deny.insert(prefix),
             };
         }
-        let map = &self.bindings;
+        let map = self.bindings;
         for k in map.keys() {
             let (id, cgroup) = key::decode_binding_key(&k)
                 .ok_or_else(|| map.layout(format!("an undecodable key {k:02x?}")))?;
             state.ledger.entry(id).or_default().cgroups.insert(cgroup);
         }
+        let map = self.domains;
+        for k in map.keys() {
+            let Some(v) = map.lookup(&k)? else { continue };
+            let (set_id, domain, verdicts, name_id) = key::decode_domain(&k, &v)
+                .ok_or_else(|| map.layout(format!("an entry {k:02x?} => {v:02x?}")))?;
+            state
+                .sets
+                .entry(set_id)
+                .or_default()
+                .domains
+                .insert(domain, (verdicts, name_id));
+        }
+        let map = self.domain_rules;
+        for k in map.keys() {
+            let (id, verdict, domain) = key::decode_domain_rule_key(&k)
+                .ok_or_else(|| map.layout(format!("an undecodable key {k:02x?}")))?;
+            let policy = state.ledger.entry(id).or_default();
+            match verdict {
+                Verdict::Allow => policy.allow_domains.insert(domain),
+                Verdict::Deny => policy.deny_domains.insert(domain),
+            };
+        }
         Ok(state)
     }
+}
 
+impl Filter {
     pub(super) fn ledger_set_policy(&self, id: &[u8], kind: Option<LedgerKind>) -> Result<()> {
         let key = key::policy_key(id).ok_or(EgressError::InvalidLedgerId { len: id.len() })?;
         match kind {
@@ -619,6 +895,165 @@ impl Filter {
         } else {
             self.bindings.delete(&key).map(|_| ())
         }
+    }
+
+    pub(super) fn ledger_set_domain_rule(
+        &self,
+        id: &[u8],
+        verdict: Verdict,
+        domain: &Domain,
+        present: bool,
+    ) -> Result<()> {
+        let key = key::domain_rule_key(id, verdict, domain)
+            .ok_or(EgressError::InvalidLedgerId { len: id.len() })?;
+        if present {
+            self.domain_rules.update(&key, &key::TRIE_VALUE)
+        } else {
+            self.domain_rules.delete(&key).map(|_| ())
+        }
+    }
+
+    pub(super) fn set_domain(
+        &self,
+        set_id: u32,
+        domain: &Domain,
+        verdicts: DomainVerdicts,
+        name_id: u32,
+    ) -> Result<()> {
+        self.domains.update(
+            &key::domain_key(set_id, domain),
+            &key::domain_value(verdicts, name_id),
+        )
+    }
+
+    pub(super) fn remove_domain(&self, set_id: u32, domain: &Domain) -> Result<bool> {
+        self.domains.delete(&key::domain_key(set_id, domain))
+    }
+
+    pub(super) fn learned(&self) -> Result<Vec<Learned>> {
+        let map = &self.learned;
+        let now = monotonic_ns()?;
+        let mut out = Vec::new();
+        for k in map.keys() {
+            // Gone since the walk listed it (evicted): nothing to report.
+            let Some(v) = map.lookup(&k)? else { continue };
+            let (set_id, addr, verdicts, name_id, expires) = key::decode_learned(&k, &v)
+                .ok_or_else(|| map.layout(format!("an entry {k:02x?} => {v:02x?}")))?;
+            out.push(Learned {
+                set_id,
+                addr,
+                verdicts,
+                name_id,
+                remaining: (expires > now).then(|| Duration::from_nanos(expires - now)),
+            });
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    pub(super) fn forget_learned(&self, set_id: u32, name_id: Option<u32>) -> Result<usize> {
+        let map = &self.learned;
+        let mut forgotten = 0;
+        for k in map.keys() {
+            if key::learned_key_set(&k) != Some(set_id) {
+                continue;
+            }
+            if let Some(name_id) = name_id {
+                let Some(v) = map.lookup(&k)? else { continue };
+                if key::learned_value_name_id(&v) != Some(name_id) {
+                    continue;
+                }
+            }
+            if map.delete(&k)? {
+                forgotten += 1;
+            }
+        }
+        Ok(forgotten)
+    }
+
+    pub(super) fn insert_learned(
+        &self,
+        set_id: u32,
+        addr: IpAddr,
+        verdicts: DomainVerdicts,
+        name_id: u32,
+        counts_for: Duration,
+    ) -> Result<()> {
+        let nanos = u64::try_from(counts_for.as_nanos()).unwrap_or(u64::MAX);
+        let expires = monotonic_ns()?.saturating_add(nanos);
+        self.learned.update(
+            &key::learned_key(set_id, addr),
+            &key::learned_value(expires, verdicts, name_id),
+        )
+    }
+
+    pub(super) fn snoop_error(&self) -> Option<&EgressError> {
+        self.snoop.as_ref().err()
+    }
+
+    fn snooper(&self) -> Result<&Snoop> {
+        self.snoop.as_ref().map_err(Clone::clone)
+    }
+
+    pub(super) fn read_snoop_stats(&self) -> Result<SnoopStats> {
+        let map = &self.snooper()?.stats;
+        let per_cpu = map
+            .handle
+            .lookup_percpu(&key::STATS_KEY, MapFlags::ANY)
+            .map_err(|e| map.err("lookup", &e))?
+            .ok_or_else(|| map.layout("no element 0".to_owned()))?;
+        key::sum_snoop_stats(&per_cpu).ok_or_else(|| {
+            map.layout(format!(
+                "per-CPU values of {:?} bytes",
+                per_cpu.iter().map(Vec::len).collect::<HashSet<_>>()
+            ))
+        })
+    }
+
+    pub(super) fn attach_snoop(&self, dir: &Path) -> Result<CgroupLink> {
+        let program = self
+            .snooper()?
+            .program()
+            .ok_or_else(|| EgressError::SnoopUnavailable {
+                reason: format!("the snooper object has no program {SNOOP_PROGRAM}"),
+            })?;
+        Ok(attach_egress(&program, SNOOP_PROGRAM, dir)?)
+    }
+
+    pub(super) fn test_run_snoop_repeat(
+        &self,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<super::TimedRun> {
+        let program = self
+            .snooper()?
+            .program()
+            .ok_or_else(|| EgressError::TestRun {
+                errno: None,
+                message: format!("the snooper object has no program {SNOOP_PROGRAM}"),
+            })?;
+        super::bench::timed(&program, frame, repeat)
+    }
+
+    pub(super) fn test_run_snoop(&self, frame: &[u8]) -> Result<u32> {
+        let program = self
+            .snooper()?
+            .program()
+            .ok_or_else(|| EgressError::TestRun {
+                errno: None,
+                message: format!("the snooper object has no program {SNOOP_PROGRAM}"),
+            })?;
+        let input = ProgramInput {
+            data_in: Some(frame),
+            ..ProgramInput::default()
+        };
+        program
+            .test_run(input)
+            .map(|out| out.return_value)
+            .map_err(|e| EgressError::TestRun {
+                errno: errno(&e),
+                message: format!("{e:#}"),
+            })
     }
 
     /// The program (mutable in libbpf-rs's terms only: a test run is a

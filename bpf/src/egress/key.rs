@@ -11,7 +11,11 @@
 use std::mem::{offset_of, size_of};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::{Decision, FilterFlags, LedgerKind, Observation, Prefix, Stats, Verdict};
+use super::{
+    Decision, Domain, DomainVerdicts, FilterFlags, LedgerKind, Observation, Prefix, SnoopStats,
+    Stats, Verdict,
+};
+use crate::dns::name::DOMAIN_KEY_LEN;
 use crate::skel::egress::egress_filter::types;
 
 type V4Key = types::krt_egress_v4_key;
@@ -29,6 +33,13 @@ type PolicyKind = types::krt_egress_policy_kind;
 type PolicyFlag = types::krt_egress_policy_flag;
 type RuleKey = types::krt_egress_rule_key;
 type BindingKey = types::krt_egress_binding_key;
+type DomainKeyT = types::krt_egress_domain_key;
+type DomainValue = types::krt_egress_domain;
+type DomainVerdict = types::krt_egress_domain_verdict;
+type LearnedKey = types::krt_egress_learned_key;
+type LearnedValue = types::krt_egress_learned;
+type DomainRuleKey = types::krt_egress_domain_rule_key;
+type SnoopStatsValue = crate::skel::dnssnoop::snoop::types::krt_dns_snoop_stats;
 
 /// `KRT_EGRESS_LAYOUT_VERSION` in `egress_filter.bpf.c`, which the public constant
 /// must equal.
@@ -45,6 +56,10 @@ const _: () = {
     assert!(size_of::<PolicyValue>() == 8);
     assert!(size_of::<RuleKey>() == POLICY_ID_LEN + 4 + 16);
     assert!(size_of::<BindingKey>() == POLICY_ID_LEN + 8);
+    assert!(size_of::<DomainKeyT>() == DOMAIN_KEY_LEN + 4);
+    assert!(size_of::<DomainRuleKey>() == POLICY_ID_LEN + 4 + DOMAIN_KEY_LEN);
+    assert!(size_of::<LearnedKey>() == 24);
+    assert!(size_of::<LearnedValue>() == 16);
 };
 
 /// Bits of the set id that every trie key's `prefixlen` counts first.
@@ -104,6 +119,9 @@ pub(super) fn filter_value(set_id: u32, flags: FilterFlags) -> Vec<u8> {
     if flags.observe {
         bits |= Flag::KRT_EGRESS_FLAG_OBSERVE.0;
     }
+    if flags.domains {
+        bits |= Flag::KRT_EGRESS_FLAG_DOMAINS.0;
+    }
     let mut value = vec![0u8; size_of::<FilterValue>()];
     put(
         &mut value,
@@ -130,6 +148,7 @@ pub(super) fn decode_filter(key: &[u8], value: &[u8]) -> Option<(u64, u32, Filte
     let flags = FilterFlags {
         default_deny: bits & Flag::KRT_EGRESS_FLAG_DEFAULT_DENY.0 != 0,
         observe: bits & Flag::KRT_EGRESS_FLAG_OBSERVE.0 != 0,
+        domains: bits & Flag::KRT_EGRESS_FLAG_DOMAINS.0 != 0,
     };
     Some((id, set_id, flags))
 }
@@ -336,6 +355,208 @@ pub(super) fn decode_binding_key(key: &[u8]) -> Option<(Vec<u8>, u64)> {
     ))
 }
 
+/// The verdict bits of `verdicts`.
+fn verdict_bits(verdicts: DomainVerdicts) -> u32 {
+    let mut bits = 0;
+    if verdicts.allow {
+        bits |= DomainVerdict::KRT_EGRESS_DOMAIN_ALLOW.0;
+    }
+    if verdicts.deny {
+        bits |= DomainVerdict::KRT_EGRESS_DOMAIN_DENY.0;
+    }
+    bits
+}
+
+/// The verdicts of verdict bits (unknown bits ignored, as the programs
+/// ignore them).
+fn decode_verdict_bits(bits: u32) -> DomainVerdicts {
+    DomainVerdicts {
+        allow: bits & DomainVerdict::KRT_EGRESS_DOMAIN_ALLOW.0 != 0,
+        deny: bits & DomainVerdict::KRT_EGRESS_DOMAIN_DENY.0 != 0,
+    }
+}
+
+/// The `egress_domains` key of `domain` in set `set_id`.
+pub(super) fn domain_key(set_id: u32, domain: &Domain) -> Vec<u8> {
+    let mut key = vec![0u8; size_of::<DomainKeyT>()];
+    put(&mut key, offset_of!(DomainKeyT, name), &domain.key());
+    put(
+        &mut key,
+        offset_of!(DomainKeyT, set_id),
+        &set_id.to_ne_bytes(),
+    );
+    key
+}
+
+/// The `egress_domains` value of a name's sides and id.
+pub(super) fn domain_value(verdicts: DomainVerdicts, name_id: u32) -> Vec<u8> {
+    let mut value = vec![0u8; size_of::<DomainValue>()];
+    put(
+        &mut value,
+        offset_of!(DomainValue, verdicts),
+        &verdict_bits(verdicts).to_ne_bytes(),
+    );
+    put(
+        &mut value,
+        offset_of!(DomainValue, name_id),
+        &name_id.to_ne_bytes(),
+    );
+    value
+}
+
+/// An `egress_domains` entry: `(set id, domain, sides, name id)`; `None`
+/// for bytes this code does not write.
+pub(super) fn decode_domain(
+    key: &[u8],
+    value: &[u8],
+) -> Option<(u32, Domain, DomainVerdicts, u32)> {
+    if key.len() != size_of::<DomainKeyT>() || value.len() != size_of::<DomainValue>() {
+        return None;
+    }
+    let at = offset_of!(DomainKeyT, name);
+    let domain = Domain::from_key(key.get(at..at + DOMAIN_KEY_LEN)?)?;
+    let set_id = u32_at(key, offset_of!(DomainKeyT, set_id))?;
+    let verdicts = decode_verdict_bits(u32_at(value, offset_of!(DomainValue, verdicts))?);
+    let name_id = u32_at(value, offset_of!(DomainValue, name_id))?;
+    (!verdicts.is_empty()).then_some((set_id, domain, verdicts, name_id))
+}
+
+/// The `egress_learned` key of `addr` in set `set_id`.
+pub(super) fn learned_key(set_id: u32, addr: IpAddr) -> Vec<u8> {
+    let mut key = vec![0u8; size_of::<LearnedKey>()];
+    put(
+        &mut key,
+        offset_of!(LearnedKey, set_id),
+        &set_id.to_ne_bytes(),
+    );
+    let (family, octets) = match addr {
+        IpAddr::V4(a) => (Family::KRT_EGRESS_IPV4.0, a.octets().to_vec()),
+        IpAddr::V6(a) => (Family::KRT_EGRESS_IPV6.0, a.octets().to_vec()),
+    };
+    put(
+        &mut key,
+        offset_of!(LearnedKey, family),
+        &family.to_ne_bytes(),
+    );
+    put(&mut key, offset_of!(LearnedKey, addr), &octets);
+    key
+}
+
+/// The `egress_learned` value: expiry (`bpf_ktime_get_ns` time), sides,
+/// name id.
+pub(super) fn learned_value(expires_ns: u64, verdicts: DomainVerdicts, name_id: u32) -> Vec<u8> {
+    let mut value = vec![0u8; size_of::<LearnedValue>()];
+    put(
+        &mut value,
+        offset_of!(LearnedValue, expires_ns),
+        &expires_ns.to_ne_bytes(),
+    );
+    put(
+        &mut value,
+        offset_of!(LearnedValue, verdicts),
+        &verdict_bits(verdicts).to_ne_bytes(),
+    );
+    put(
+        &mut value,
+        offset_of!(LearnedValue, name_id),
+        &name_id.to_ne_bytes(),
+    );
+    value
+}
+
+/// The set id of an `egress_learned` key (to forget a set's entries
+/// without decoding the rest).
+pub(super) fn learned_key_set(key: &[u8]) -> Option<u32> {
+    (key.len() == size_of::<LearnedKey>())
+        .then(|| u32_at(key, offset_of!(LearnedKey, set_id)))
+        .flatten()
+}
+
+/// The name id of an `egress_learned` value.
+pub(super) fn learned_value_name_id(value: &[u8]) -> Option<u32> {
+    (value.len() == size_of::<LearnedValue>())
+        .then(|| u32_at(value, offset_of!(LearnedValue, name_id)))
+        .flatten()
+}
+
+/// An `egress_learned` entry: `(set id, address, sides, name id, expiry)`;
+/// `None` for bytes the snooper does not write.
+pub(super) fn decode_learned(
+    key: &[u8],
+    value: &[u8],
+) -> Option<(u32, IpAddr, DomainVerdicts, u32, u64)> {
+    if key.len() != size_of::<LearnedKey>() || value.len() != size_of::<LearnedValue>() {
+        return None;
+    }
+    let set_id = u32_at(key, offset_of!(LearnedKey, set_id))?;
+    let at = offset_of!(LearnedKey, addr);
+    let addr = match types::krt_egress_family(u32_at(key, offset_of!(LearnedKey, family))?) {
+        Family::KRT_EGRESS_IPV4 => {
+            let octets: [u8; 4] = key.get(at..at + 4)?.try_into().ok()?;
+            IpAddr::V4(Ipv4Addr::from(octets))
+        }
+        Family::KRT_EGRESS_IPV6 => {
+            let octets: [u8; 16] = key.get(at..at + 16)?.try_into().ok()?;
+            IpAddr::V6(Ipv6Addr::from(octets))
+        }
+        _ => return None,
+    };
+    let expires = u64_at(value, offset_of!(LearnedValue, expires_ns))?;
+    let verdicts = decode_verdict_bits(u32_at(value, offset_of!(LearnedValue, verdicts))?);
+    let name_id = u32_at(value, offset_of!(LearnedValue, name_id))?;
+    Some((set_id, addr, verdicts, name_id, expires))
+}
+
+/// The `egress_domain_rules` key of one domain of one policy.
+pub(super) fn domain_rule_key(id: &[u8], verdict: Verdict, domain: &Domain) -> Option<Vec<u8>> {
+    let mut key = vec![0u8; size_of::<DomainRuleKey>()];
+    put(&mut key, offset_of!(DomainRuleKey, id), &id_field(id)?);
+    key[offset_of!(DomainRuleKey, verdict)] = match verdict {
+        Verdict::Allow => RULE_ALLOW,
+        Verdict::Deny => RULE_DENY,
+    };
+    put(&mut key, offset_of!(DomainRuleKey, name), &domain.key());
+    Some(key)
+}
+
+/// An `egress_domain_rules` key: the policy id, the list and the domain.
+pub(super) fn decode_domain_rule_key(key: &[u8]) -> Option<(Vec<u8>, Verdict, Domain)> {
+    if key.len() != size_of::<DomainRuleKey>() {
+        return None;
+    }
+    let id = decode_id(key)?;
+    let verdict = match key[offset_of!(DomainRuleKey, verdict)] {
+        RULE_ALLOW => Verdict::Allow,
+        RULE_DENY => Verdict::Deny,
+        _ => return None,
+    };
+    let at = offset_of!(DomainRuleKey, name);
+    let domain = Domain::from_key(key.get(at..at + DOMAIN_KEY_LEN)?)?;
+    Some((id, verdict, domain))
+}
+
+/// The sum of per-CPU `struct krt_dns_snoop_stats` values; `None` when
+/// one has the wrong size.
+pub(super) fn sum_snoop_stats(per_cpu: &[Vec<u8>]) -> Option<SnoopStats> {
+    let mut s = SnoopStats::default();
+    for v in per_cpu {
+        if v.len() != size_of::<SnoopStatsValue>() {
+            return None;
+        }
+        let field = |at: usize| u64_at(v, at);
+        s.responses += field(offset_of!(SnoopStatsValue, responses))?;
+        s.learned += field(offset_of!(SnoopStatsValue, learned))?;
+        s.unnamed += field(offset_of!(SnoopStatsValue, unnamed))?;
+        s.unchained += field(offset_of!(SnoopStatsValue, unchained))?;
+        s.malformed += field(offset_of!(SnoopStatsValue, malformed))?;
+        s.name_too_long += field(offset_of!(SnoopStatsValue, name_too_long))?;
+        s.walk_limit += field(offset_of!(SnoopStatsValue, walk_limit))?;
+        s.unsupported += field(offset_of!(SnoopStatsValue, unsupported))?;
+        s.learn_failed += field(offset_of!(SnoopStatsValue, learn_failed))?;
+    }
+    Some(s)
+}
+
 /// The `stats` key (its only element).
 pub(super) const STATS_KEY: [u8; 4] = 0u32.to_ne_bytes();
 
@@ -416,6 +637,8 @@ pub(super) fn sum_stats(per_cpu: &[Vec<u8>]) -> Option<Stats> {
         s.other_protocol += field(offset_of!(StatsValue, other_protocol))?;
         s.observe_inserted += field(offset_of!(StatsValue, observe_inserted))?;
         s.observe_failed += field(offset_of!(StatsValue, observe_failed))?;
+        s.learned_hits += field(offset_of!(StatsValue, learned_hits))?;
+        s.learned_expired += field(offset_of!(StatsValue, learned_expired))?;
     }
     Some(s)
 }
@@ -475,8 +698,9 @@ mod tests {
         let all = FilterFlags {
             default_deny: true,
             observe: true,
+            domains: true,
         };
-        assert_eq!(&filter_value(9, all)[4..], &3u32.to_ne_bytes());
+        assert_eq!(&filter_value(9, all)[4..], &7u32.to_ne_bytes());
         let observe = FilterFlags {
             observe: true,
             ..FilterFlags::default()
@@ -510,6 +734,7 @@ mod tests {
         let flags = FilterFlags {
             default_deny: true,
             observe: false,
+            domains: true,
         };
         assert_eq!(
             decode_filter(&cgroup_key(42), &filter_value(5, flags)),
@@ -569,6 +794,72 @@ mod tests {
             decode_policy(&key, &policy_value(LedgerKind::Observe)),
             None
         );
+    }
+
+    #[test]
+    fn domain_entries_decode_to_what_was_encoded() {
+        let d = Domain::new("Allowed.Test").unwrap();
+        let both = DomainVerdicts {
+            allow: true,
+            deny: true,
+        };
+        let key = domain_key(7, &d);
+        assert_eq!(key.len(), 132);
+        assert_eq!(&key[..14], b"\x07allowed\x04test\x00");
+        assert_eq!(&key[128..], &7u32.to_ne_bytes());
+        assert_eq!(
+            decode_domain(&key, &domain_value(both, 3)),
+            Some((7, d.clone(), both, 3))
+        );
+        // A value naming no side is no entry userspace writes.
+        assert_eq!(
+            decode_domain(&key, &domain_value(DomainVerdicts::default(), 3)),
+            None
+        );
+        let id = b"uid-1";
+        let rule = domain_rule_key(id, Verdict::Deny, &d).unwrap();
+        assert_eq!(rule.len(), 196);
+        assert_eq!(
+            decode_domain_rule_key(&rule),
+            Some((id.to_vec(), Verdict::Deny, d))
+        );
+    }
+
+    #[test]
+    fn learned_entries_decode_to_what_was_encoded() {
+        let allow = DomainVerdicts {
+            allow: true,
+            deny: false,
+        };
+        for addr in ["192.0.2.1", "2001:db8::1"] {
+            let addr: IpAddr = addr.parse().unwrap();
+            let key = learned_key(4, addr);
+            let value = learned_value(123_456, allow, 9);
+            assert_eq!(learned_key_set(&key), Some(4));
+            assert_eq!(learned_value_name_id(&value), Some(9));
+            assert_eq!(
+                decode_learned(&key, &value),
+                Some((4, addr, allow, 9, 123_456))
+            );
+        }
+        let mut bad = learned_key(4, "192.0.2.1".parse().unwrap());
+        bad[4] = 5;
+        assert_eq!(decode_learned(&bad, &learned_value(1, allow, 1)), None);
+        assert_eq!(
+            decode_learned(&bad[..20], &learned_value(1, allow, 1)),
+            None
+        );
+    }
+
+    #[test]
+    fn snoop_stats_sum_over_cpus() {
+        let cpu =
+            |base: u64| -> Vec<u8> { (0..9u64).flat_map(|i| (base + i).to_ne_bytes()).collect() };
+        let s = sum_snoop_stats(&[cpu(0), cpu(10)]).unwrap();
+        assert_eq!(s.responses, 10);
+        assert_eq!(s.learned, 12);
+        assert_eq!(s.learn_failed, 8 + 18);
+        assert_eq!(sum_snoop_stats(&[vec![0; 8]]), None);
     }
 
     fn obs_key(set: u32, decision: u32, family: u32, addr: &[u8]) -> Vec<u8> {
@@ -634,12 +925,13 @@ mod tests {
     #[test]
     fn stats_sum_over_cpus_field_by_field() {
         let cpu =
-            |base: u64| -> Vec<u8> { (0..9u64).flat_map(|i| (base + i).to_ne_bytes()).collect() };
+            |base: u64| -> Vec<u8> { (0..11u64).flat_map(|i| (base + i).to_ne_bytes()).collect() };
         let s = sum_stats(&[cpu(0), cpu(100)]).unwrap();
         assert_eq!(s.denied, 100);
         assert_eq!(s.allowed, 102);
         assert_eq!(s.other_protocol, 6 + 106);
         assert_eq!(s.observe_failed, 8 + 108);
+        assert_eq!(s.learned_expired, 10 + 110);
         assert_eq!(sum_stats(&[vec![0; 8]]), None);
         assert_eq!(sum_stats(&[]), Some(Stats::default()));
     }

@@ -19,8 +19,44 @@
 //! | `observations` | LRU hash, 2^14 | `struct krt_egress_obs_key { u32 set_id, decision, family; u8 addr[16]; }` | `u64` packets |
 //! | `stats` | per-CPU array, 1 | `u32` 0 | `struct krt_egress_stats` (outcome counters) |
 //!
+//! | `egress_domains` | hash, 2^14 | `struct krt_egress_domain_key { domain_key name; u32 set_id; }` | `struct krt_egress_domain { u32 verdicts; u32 name_id; }` |
+//! | `egress_learned` | LRU hash, 2^15 | `struct krt_egress_learned_key { u32 set_id, family; u8 addr[16]; }` | `struct krt_egress_learned { u64 expires_ns; u32 verdicts; u32 name_id; }` |
+//!
 //! An LPM key's `prefixlen` counts the 32 set-id bits plus the address
 //! prefix, so a lookup can never match another set's entry.
+//!
+//! # Domain names: the DNS answer snooper
+//!
+//! A set may also name [`Domain`]s ([`EgressFilter::set_domain`]), on its
+//! allow side, its deny side or both. Their addresses are learned in the
+//! kernel from the answers to the cgroup's own DNS questions by a second
+//! program, `cgroup_skb/ingress` `krt_dns_snoop`
+//! (`bpf/dnssnoop/snoop.bpf.c`), which this handle loads over the
+//! filter's own `cgroup_filters`, `egress_domains` and `egress_learned`
+//! (its copies of them are never created: libbpf reuses the filter's
+//! fds). For a cgroup whose flags have [`FilterFlags::domains`], it reads
+//! each UDP datagram from port 53 (a response with one question), follows
+//! the answer records owned by the question's name or by a name a CNAME
+//! of the same response led to, and writes each A or AAAA address into
+//! `egress_learned` for the set with the verdict bits of the names it was
+//! reached through, expiring after the record's TTL clamped to
+//! [`DNS_TTL_MIN`]..=[`DNS_TTL_MAX`]. It runs when the datagram is queued
+//! to the socket, before the application reads it, so the address is
+//! known before the first connect. The filter then treats an unexpired
+//! learned address like an entry of the side its bits say.
+//!
+//! It is a convenience, not a containment boundary: DNS over TCP, TLS or
+//! HTTPS is not read, an answer the pod cached before the set named the
+//! domain teaches nothing, and an address shared with other names (a CDN,
+//! a proxy) is allowed or denied for all of them. [`SnoopStats`] counts
+//! what it read and every response it could not read to the end.
+//!
+//! The snooper is attached with [`EgressFilter::attach_snoop`], *before*
+//! the cgroup is programmed and the filter attached (it is gated by
+//! `cgroup_filters`, so it does nothing until then), and released after
+//! the filter is detached. A kernel that refuses the snooper still gets
+//! the filter: [`EgressFilter::snoop_error`] says why domains cannot be
+//! served.
 //!
 //! # Verdict
 //!
@@ -69,7 +105,11 @@
 //! | `egress_meta` | `u32` 0 | `struct krt_egress_meta { u32 layout_version; u32 reserved; }` |
 //! | `egress_policies` | policy id, NUL-padded to 64 bytes | `struct krt_egress_policy { u32 kind; u32 flags; }` |
 //! | `egress_rules` | `struct krt_egress_rule_key { id[64]; u8 verdict, family, prefix_len, 0; u8 addr[16]; }` | `u8` |
+//! | `egress_domain_rules` | `struct krt_egress_domain_rule_key { id[64]; u8 verdict, 0, 0, 0; domain_key name; }` | `u8` |
 //! | `egress_bindings` | `struct krt_egress_binding_key { id[64]; u64 cgroup_id; }` | `u8` |
+//!
+//! The snooper's links are pinned beside the filter's, under
+//! `<dir>/snoop_links/<cgroup id>`, and adopted the same way.
 //!
 //! `egress_meta` holds the [`LAYOUT_VERSION`] of the build that created
 //! the pins. Pins of another version, or an incomplete set, or maps whose
@@ -97,6 +137,7 @@ use std::path::Path;
 use crate::cgroup_attach::{AttachError, CgroupLink};
 
 mod bench;
+mod domain;
 mod prefix;
 
 #[cfg(not(krt_bpf_stub))]
@@ -112,7 +153,17 @@ use kernel as imp;
 use stub as imp;
 
 pub use bench::{FloorProgram, TimedRun};
+pub use domain::{Domain, DomainVerdicts, Learned};
 pub use prefix::Prefix;
+
+/// The shortest time a learned address counts, whatever its record's TTL
+/// (`KRT_DNS_TTL_MIN_S`): the connect right after a TTL-0 answer must
+/// still find it.
+pub const DNS_TTL_MIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The longest time a learned address counts, whatever its record's TTL
+/// (`KRT_DNS_TTL_MAX_S`).
+pub const DNS_TTL_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Result of the egress filter's operations.
 pub type Result<T, E = EgressError> = std::result::Result<T, E>;
@@ -120,7 +171,7 @@ pub type Result<T, E = EgressError> = std::result::Result<T, E>;
 /// The layout of the pinned maps this build reads and writes
 /// (`KRT_EGRESS_LAYOUT_VERSION` in `egress_filter.bpf.c`; see the [module
 /// docs](self#pinning-and-restarts)).
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// The longest ledger policy id, in bytes (the field is NUL-padded to 64).
 pub const LEDGER_ID_MAX_LEN: usize = 63;
@@ -157,13 +208,16 @@ pub enum LedgerKind {
     Observe,
 }
 
-/// The entries of one filter set, as the tries hold them.
+/// The entries of one filter set, as the tries and `egress_domains` hold
+/// them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetEntries {
     /// The allow list.
     pub allow: BTreeSet<Prefix>,
     /// The deny list.
     pub deny: BTreeSet<Prefix>,
+    /// The domains, each with its sides and name id.
+    pub domains: BTreeMap<Domain, (DomainVerdicts, u32)>,
 }
 
 /// What the ledger holds for one policy id.
@@ -176,6 +230,10 @@ pub struct LedgerPolicy {
     pub allow: BTreeSet<Prefix>,
     /// Its deny prefixes.
     pub deny: BTreeSet<Prefix>,
+    /// Its allow domains.
+    pub allow_domains: BTreeSet<Domain>,
+    /// Its deny domains.
+    pub deny_domains: BTreeSet<Domain>,
     /// The cgroups bound to it.
     pub cgroups: BTreeSet<u64>,
 }
@@ -207,6 +265,12 @@ pub struct PinnedLinks {
     /// has re-programmed what should be (attaching the cgroup anew replaces
     /// its pin by itself).
     pub stale: Vec<CgroupLink>,
+    /// The snooper's links of adopted cgroups, now running this object's
+    /// snooper (release each with [`EgressFilter::release_snoop`]).
+    pub snoop_adopted: Vec<CgroupLink>,
+    /// The snooper's links this object does not serve, as
+    /// [`Self::stale`].
+    pub snoop_stale: Vec<CgroupLink>,
 }
 
 /// Which list of a set an entry belongs to.
@@ -228,6 +292,11 @@ pub struct FilterFlags {
     /// Count every parsed packet per destination and decision (see
     /// [`EgressFilter::drain_observations`]). Never changes a verdict.
     pub observe: bool,
+    /// The set names domains: the snooper learns the cgroup's DNS answers
+    /// and the filter consults what it learned (see the [module
+    /// docs](self#domain-names-the-dns-answer-snooper)). Without it
+    /// neither does any work for the cgroup.
+    pub domains: bool,
 }
 
 /// What the program decided for one parsed packet.
@@ -278,6 +347,49 @@ pub struct Stats {
     pub observe_inserted: u64,
     /// Observations the program could not count (map update failed).
     pub observe_failed: u64,
+    /// Packets of sets naming domains whose destination the set learned
+    /// from a DNS answer, unexpired (the entry took part in the verdict).
+    pub learned_hits: u64,
+    /// The same, with the entry expired (it decided nothing).
+    pub learned_expired: u64,
+}
+
+/// What the DNS answer snooper read, summed over CPUs since its load
+/// (`struct krt_dns_snoop_stats`). Every gated response adds one to
+/// `responses`; records and failures are counted as they are met. The
+/// snooper passes every packet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnoopStats {
+    /// Gated DNS responses (UDP from port 53, QR set) read.
+    pub responses: u64,
+    /// A or AAAA records whose address was learned or refreshed.
+    pub learned: u64,
+    /// A or AAAA records reached from the question through names no
+    /// domain of the set names: not learned.
+    pub unnamed: u64,
+    /// A, AAAA or CNAME records owned by a name neither the question nor
+    /// reached through CNAMEs of the response: skipped.
+    pub unchained: u64,
+    /// Responses the parser stopped in (truncated, a reserved label type,
+    /// a compression pointer that does not point backwards).
+    pub malformed: u64,
+    /// Names over the key width (no policy can name them).
+    pub name_too_long: u64,
+    /// Records beyond the walk's bound, or CNAMEs beyond the chain's.
+    pub walk_limit: u64,
+    /// Responses with other than one question.
+    pub unsupported: u64,
+    /// Learned addresses the map refused.
+    pub learn_failed: u64,
+}
+
+impl SnoopStats {
+    /// Responses or records the snooper could not use because of how
+    /// they were written or its bounds (each is also a response or a
+    /// record it passed).
+    pub const fn unreadable(&self) -> u64 {
+        self.malformed + self.name_too_long + self.walk_limit + self.unsupported
+    }
 }
 
 impl Stats {
@@ -416,6 +528,13 @@ pub enum EgressError {
     /// Attaching the program to a cgroup failed.
     #[error(transparent)]
     Attach(#[from] AttachError),
+    /// The DNS answer snooper is not loaded (the kernel refused it), so
+    /// domains cannot be served; the filter itself works.
+    #[error("the DNS answer snooper is unavailable: {reason}")]
+    SnoopUnavailable {
+        /// Why (the load error, with the verifier's reason).
+        reason: String,
+    },
 }
 
 impl EgressError {
@@ -436,6 +555,7 @@ impl EgressError {
             Self::Layout { .. } => "layout",
             Self::Attach(AttachError::Cgroup { .. }) => "cgroup",
             Self::Attach(AttachError::Attach { .. }) => "attach",
+            Self::SnoopUnavailable { .. } => "snoop_unavailable",
         }
     }
 }
@@ -532,6 +652,14 @@ impl EgressFilter {
         self.inner.read_state()
     }
 
+    /// What the maps pinned under `dir` hold (as [`Self::read_state`]
+    /// reads a loaded filter's), read without loading or adopting
+    /// anything: for diagnostics and for tests of a running daemon's
+    /// state. Nothing pinned there: an empty state.
+    pub fn read_pinned_state(dir: &Path) -> Result<PinnedState> {
+        imp::Filter::read_pinned_state(dir)
+    }
+
     /// Records policy `id` in the ledger as `kind`, or (`None`) removes
     /// its record (its rules and bindings are separate entries).
     pub fn ledger_set_policy(&self, id: &[u8], kind: Option<LedgerKind>) -> Result<()> {
@@ -584,6 +712,121 @@ impl EgressFilter {
     /// or wider entries stay.
     pub fn remove(&self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<bool> {
         self.inner.remove(set_id, verdict, prefix)
+    }
+
+    /// Puts `domain` on the sides `verdicts` of set `set_id`, replacing
+    /// what the set had for it (empty `verdicts` remove it). `name_id` is
+    /// the caller's number for the name, the same for every set naming
+    /// it: what the name teaches carries it ([`Learned::name_id`]). Fails
+    /// with [`EgressError::MapFull`] at the node-wide ceiling.
+    ///
+    /// The snooper only learns for cgroups whose flags have
+    /// [`FilterFlags::domains`].
+    pub fn set_domain(
+        &self,
+        set_id: u32,
+        domain: &Domain,
+        verdicts: DomainVerdicts,
+        name_id: u32,
+    ) -> Result<()> {
+        if verdicts.is_empty() {
+            return self.remove_domain(set_id, domain).map(|_| ());
+        }
+        self.inner.set_domain(set_id, domain, verdicts, name_id)
+    }
+
+    /// Removes `domain` from set `set_id`; whether it was there. What the
+    /// set learned from it stays until it expires or
+    /// [`Self::forget_learned`] removes it.
+    pub fn remove_domain(&self, set_id: u32, domain: &Domain) -> Result<bool> {
+        self.inner.remove_domain(set_id, domain)
+    }
+
+    /// Every address a set learned from a DNS answer, expired ones
+    /// included (with [`Learned::remaining`] `None`). An entry this code
+    /// cannot decode fails the read ([`EgressError::Layout`]).
+    pub fn learned(&self) -> Result<Vec<Learned>> {
+        self.inner.learned()
+    }
+
+    /// Forgets what set `set_id` learned (only what name `name_id`
+    /// taught, when given): for a set freed, or a name a set stops
+    /// naming. Returns how many entries went.
+    pub fn forget_learned(&self, set_id: u32, name_id: Option<u32>) -> Result<usize> {
+        self.inner.forget_learned(set_id, name_id)
+    }
+
+    /// Writes a learned entry directly, counting for `counts_for` from
+    /// now (zero: already expired). Tests of the filter's use of learned
+    /// addresses without a DNS answer.
+    #[doc(hidden)]
+    pub fn insert_learned(
+        &self,
+        set_id: u32,
+        addr: IpAddr,
+        verdicts: DomainVerdicts,
+        name_id: u32,
+        counts_for: std::time::Duration,
+    ) -> Result<()> {
+        self.inner
+            .insert_learned(set_id, addr, verdicts, name_id, counts_for)
+    }
+
+    /// Why the DNS answer snooper is not loaded, when it is not (the
+    /// kernel refused it): domains cannot be served then.
+    pub fn snoop_error(&self) -> Option<&EgressError> {
+        self.inner.snoop_error()
+    }
+
+    /// The snooper's counters, summed over CPUs, since its load.
+    pub fn read_snoop_stats(&self) -> Result<SnoopStats> {
+        self.inner.read_snoop_stats()
+    }
+
+    /// Attaches the snooper to the ingress of the cgroup v2 directory
+    /// `dir` (pinned at `snoop_links/<cgroup id>` with a pin directory).
+    /// Attach it before the cgroup is programmed and the filter attached
+    /// ([`Self::attach_cgroup`]): it is gated by the filter map, so it
+    /// does nothing until then, and the first answer after that is
+    /// learned. Fails with [`EgressError::SnoopUnavailable`] when the
+    /// snooper is not loaded.
+    pub fn attach_snoop(&self, dir: &Path) -> Result<CgroupLink> {
+        let mut link = self.inner.attach_snoop(dir)?;
+        self.inner.pin_snoop_link(&mut link)?;
+        Ok(link)
+    }
+
+    /// Releases a snooper link (after [`Self::detach_cgroup`] of the same
+    /// cgroup): unpins it (unless its pin holds another link by now) and
+    /// closes it, so it detaches.
+    pub fn release_snoop(&self, link: CgroupLink) -> Result<()> {
+        self.release_link(link)
+    }
+
+    /// Runs the snooper once on `frame` with `BPF_PROG_TEST_RUN`, as
+    /// [`Self::test_run`] runs the filter (the packet's cgroup is the
+    /// caller's); returns its verdict (always 1).
+    pub fn test_run_snoop(&self, frame: &[u8]) -> Result<u32> {
+        self.inner.test_run_snoop(frame)
+    }
+
+    /// Runs the snooper `repeat` times on `frame` (see
+    /// [`Self::test_run_repeat`]); for benchmarks.
+    pub fn test_run_snoop_repeat(&self, frame: &[u8], repeat: u32) -> Result<TimedRun> {
+        self.inner.test_run_snoop_repeat(frame, repeat)
+    }
+
+    /// Records (`present`) or removes one domain of policy `id`'s allow or
+    /// deny list in the ledger.
+    pub fn ledger_set_domain_rule(
+        &self,
+        id: &[u8],
+        verdict: Verdict,
+        domain: &Domain,
+        present: bool,
+    ) -> Result<()> {
+        self.inner
+            .ledger_set_domain_rule(id, verdict, domain, present)
     }
 
     /// The outcome counters, summed over CPUs, since load.
@@ -705,6 +948,8 @@ mod tests {
             other_protocol: 64,
             observe_inserted: 1000,
             observe_failed: 1000,
+            learned_hits: 1000,
+            learned_expired: 1000,
         };
         assert_eq!(s.dropped(), 1 + 4 + 32);
         assert_eq!(s.passed(), 2 + 8 + 16 + 64);

@@ -2,11 +2,13 @@
 //! `KRT_BPF_STUB=1`): loading fails at once, saying how to get a real
 //! build, so no handle can exist and every other method is unreachable.
 
+use std::net::IpAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use super::{
-    EgressError, FilterFlags, LedgerKind, Observation, PinOutcome, PinnedLinks, PinnedState,
-    Prefix, Result, Stats, Verdict,
+    Domain, DomainVerdicts, EgressError, FilterFlags, Learned, LedgerKind, Observation, PinOutcome,
+    PinnedLinks, PinnedState, Prefix, Result, SnoopStats, Stats, Verdict,
 };
 use crate::cgroup_attach::CgroupLink;
 
@@ -28,6 +30,10 @@ impl Filter {
     }
 
     pub(super) fn set_pinned_layout_version(_: &Path, _: u32) -> Result<()> {
+        Err(EgressError::NotBuilt)
+    }
+
+    pub(super) fn read_pinned_state(_: &Path) -> Result<PinnedState> {
         Err(EgressError::NotBuilt)
     }
 
@@ -100,6 +106,67 @@ impl Filter {
     }
 
     pub(super) fn test_run_repeat(&self, _: &[u8], _: u32) -> Result<super::TimedRun> {
+        match *self {}
+    }
+
+    pub(super) fn set_domain(&self, _: u32, _: &Domain, _: DomainVerdicts, _: u32) -> Result<()> {
+        match *self {}
+    }
+
+    pub(super) fn remove_domain(&self, _: u32, _: &Domain) -> Result<bool> {
+        match *self {}
+    }
+
+    pub(super) fn learned(&self) -> Result<Vec<Learned>> {
+        match *self {}
+    }
+
+    pub(super) fn forget_learned(&self, _: u32, _: Option<u32>) -> Result<usize> {
+        match *self {}
+    }
+
+    pub(super) fn insert_learned(
+        &self,
+        _: u32,
+        _: IpAddr,
+        _: DomainVerdicts,
+        _: u32,
+        _: Duration,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    pub(super) fn snoop_error(&self) -> Option<&EgressError> {
+        match *self {}
+    }
+
+    pub(super) fn read_snoop_stats(&self) -> Result<SnoopStats> {
+        match *self {}
+    }
+
+    pub(super) fn attach_snoop(&self, _: &Path) -> Result<CgroupLink> {
+        match *self {}
+    }
+
+    pub(super) fn pin_snoop_link(&self, _: &mut CgroupLink) -> Result<()> {
+        match *self {}
+    }
+
+    pub(super) fn test_run_snoop(&self, _: &[u8]) -> Result<u32> {
+        match *self {}
+    }
+
+    pub(super) fn test_run_snoop_repeat(&self, _: &[u8], _: u32) -> Result<super::TimedRun> {
+        match *self {}
+    }
+
+    pub(super) fn ledger_set_domain_rule(
+        &self,
+        _: &[u8],
+        _: Verdict,
+        _: &Domain,
+        _: bool,
+    ) -> Result<()> {
         match *self {}
     }
 }

@@ -244,8 +244,10 @@ impl Engine {
     }
 
     /// Drains the egress filter's and the classifier's counters into events
-    /// (the `egress-observe` poll source).
+    /// (the `egress-observe` poll source), and the DNS answer snooper's
+    /// counters into metrics.
     pub fn poll_egress(&mut self) -> Result<Polled, SourceError> {
+        self.snoop_counters();
         let mut polled = Polled::default();
         let mut errors = Vec::new();
         let now = SystemTime::now();

@@ -1,0 +1,601 @@
+//! Tier 2+3: the daemon on the host against the real API server, with a
+//! real pod cgroup, and network values that name destinations:
+//!
+//! - a policy naming a cluster Service gets the Service's ClusterIP and
+//!   EndpointSlice addresses into the pod's filter set, follows the
+//!   EndpointSlice as it changes, and loses them when the Service is
+//!   deleted. The set is read from the daemon's pinned maps while it runs
+//!   (`EgressFilter::read_pinned_state`, which loads nothing);
+//! - a policy allowing a domain under a default deny: a process in the pod
+//!   resolves it through a resolver on loopback and connects to the
+//!   answered address, while an address answered for another name stays
+//!   dropped, and the snooper's counters reach /metrics.
+//!
+//! Needs root (a cgroup v2 directory, a bpffs mount, cgroup_skb programs)
+//! and `--features kube-tests`. Service addresses are not loopback (the
+//! API server refuses loopback endpoints), so this proves the programming,
+//! not traffic: the kernel's use of set entries is proven with loopback
+//! traffic elsewhere (egress_traffic, egress_host).
+#![cfg(feature = "kube-tests")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+// The DNS message builder the BPF crate's tests use.
+#[path = "../../bpf/tests/common/dnsmsg.rs"]
+mod dnsmsg;
+
+use common::*;
+use kyverno_runtime_bpf::egress::{EgressFilter, Prefix};
+use std::collections::BTreeSet;
+use std::io::{ErrorKind, Read as _, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const NODE: &str = "host-services-node";
+const NS: &str = "svc-names";
+
+fn cgroup2_root() -> PathBuf {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    kyverno_runtime_compat::parse_mountinfo(&text)
+        .into_iter()
+        .find(|m| m.fs_type == "cgroup2")
+        .map(|m| m.mount_point)
+        .expect("a cgroup2 mount")
+}
+
+struct Cleanup {
+    cgroup_dirs: Vec<PathBuf>,
+    bpffs: PathBuf,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        // Unmounting the bpffs drops every pin: the links detach.
+        let _ = Command::new("umount").arg(&self.bpffs).status();
+        for d in self.cgroup_dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// The allow prefixes and domains of `cgroup`'s set, as pinned now.
+fn pinned_allow(pins: &Path, cgroup: u64) -> Option<(BTreeSet<String>, BTreeSet<String>)> {
+    let state = EgressFilter::read_pinned_state(pins).ok()?;
+    let (set, _) = state.filters.get(&cgroup)?;
+    let entries = state.sets.get(set).cloned().unwrap_or_default();
+    Some((
+        entries.allow.iter().map(Prefix::to_string).collect(),
+        entries.domains.keys().map(ToString::to_string).collect(),
+    ))
+}
+
+fn prefixes(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn shard_message(cluster: &kyverno_runtime_testkube::LocalCluster) -> Option<String> {
+    let rp = get_json(cluster, &["rpol", "svc-allow"])?;
+    rp["status"]["nodes"]
+        .as_array()?
+        .iter()
+        .find(|s| s["nodeName"] == NODE)
+        .map(|s| s["message"].as_str().unwrap_or_default().to_string())
+}
+
+fn slice_manifest(name: &str, kind: &str, addresses: &[&str]) -> String {
+    let endpoints: Vec<String> = addresses
+        .iter()
+        .map(|a| format!("  - addresses: [\"{a}\"]\n"))
+        .collect();
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}\n  namespace: {NS}\n  labels: {{kubernetes.io/service-name: api}}\naddressType: {kind}\nports:\n- {{name: http, port: 8080, protocol: TCP}}\nendpoints:\n{}",
+        endpoints.concat()
+    )
+}
+
+#[test]
+fn a_service_name_follows_the_service_and_its_endpoint_slices() {
+    let cluster = cluster();
+    let dir = tempdir();
+    let bpffs = dir.path().join("bpffs");
+    std::fs::create_dir_all(&bpffs).unwrap();
+    assert!(Command::new("mount")
+        .args(["-t", "bpf", "bpf"])
+        .arg(&bpffs)
+        .status()
+        .unwrap()
+        .success());
+
+    namespace(cluster, NS, "team: svc");
+    for kind in ["service", "endpointslice"] {
+        let _ = cluster.kubectl_output(&["delete", kind, "--all", "-n", NS]);
+    }
+    apply(
+        cluster,
+        &format!("apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: svc-allow\nspec:\n  mode: enforce\n  podSelector: {{matchLabels: {{app: svc-web}}}}\n  behaviors:\n  - network:\n      allow: {{values: [\"api.{NS}.svc\", \"allowed.test\"]}}\n      deny: {{values: [\"*\"]}}\n"),
+    );
+    let _ = cluster.kubectl_output(&[
+        "delete",
+        "pod",
+        "svc-web",
+        "-n",
+        NS,
+        "--grace-period=0",
+        "--force",
+    ]);
+    let id = "5f".repeat(32);
+    let uid = running_pod(
+        cluster,
+        NS,
+        "svc-web",
+        NODE,
+        "app: svc-web",
+        &format!("containerd://{id}"),
+    );
+    let root = cgroup2_root();
+    let pod_dir = root.join(format!("kubepods/besteffort/pod{uid}"));
+    let container = pod_dir.join(&id);
+    let mut created = Vec::new();
+    for d in [
+        root.join("kubepods"),
+        root.join("kubepods/besteffort"),
+        pod_dir.clone(),
+        container.clone(),
+    ] {
+        if !d.exists() {
+            std::fs::create_dir(&d).unwrap();
+            created.push(d);
+        }
+    }
+    let _cleanup = Cleanup {
+        cgroup_dirs: created,
+        bpffs: bpffs.clone(),
+    };
+    let cgroup = std::fs::metadata(&container).unwrap().ino();
+
+    let pins = bpffs.join("kyverno-runtime");
+    let egress_pins = pins.join("egress");
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            "",
+            "--status-interval",
+            "1s",
+            "--drain-interval",
+            "1s",
+            "--reports-enabled=false",
+            "--pin-dir",
+            pins.to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", NODE),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_log(
+        "Services and EndpointSlices listed",
+        Duration::from_secs(30),
+    );
+    daemon.wait_log("pods on this node listed", Duration::from_secs(30));
+
+    // No Service yet: the set holds the domain and nothing for the
+    // Service, and the shard says which name is unresolved.
+    let (allow, domains) = wait_for("the pod's set", Duration::from_secs(20), || {
+        pinned_allow(&egress_pins, cgroup)
+    });
+    assert!(allow.is_empty(), "{allow:?}");
+    assert_eq!(domains, prefixes(&["allowed.test"]));
+    let message = wait_for(
+        "the unresolved Service in the shard",
+        Duration::from_secs(20),
+        || shard_message(cluster).filter(|m| m.contains(&format!("api.{NS}.svc"))),
+    );
+    println!("shard before the Service exists: {message}");
+
+    // The Service (a fixed ClusterIP in the server's range) and two
+    // EndpointSlices, IPv4 and IPv6.
+    let started = Instant::now();
+    apply(
+        cluster,
+        &format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: api\n  namespace: {NS}\nspec:\n  clusterIP: 10.96.7.7\n  ports:\n  - {{name: http, port: 80, targetPort: 8080}}\n"),
+    );
+    apply(
+        cluster,
+        &slice_manifest("api-v4", "IPv4", &["10.244.1.7", "10.244.2.8"]),
+    );
+    apply(cluster, &slice_manifest("api-v6", "IPv6", &["fd00:244::7"]));
+    let want = prefixes(&[
+        "10.96.7.7/32",
+        "10.244.1.7/32",
+        "10.244.2.8/32",
+        "fd00:244::7/128",
+    ]);
+    wait_for(
+        "the Service's addresses in the set",
+        Duration::from_secs(20),
+        || pinned_allow(&egress_pins, cgroup).filter(|(a, _)| *a == want),
+    );
+    println!(
+        "ClusterIP and endpoints programmed {:?} after the apply",
+        started.elapsed()
+    );
+    wait_for(
+        "the shard without the unresolved name",
+        Duration::from_secs(20),
+        || {
+            shard_message(cluster)
+                .filter(|m| !m.contains("Services without addresses"))
+                .map(|_| ())
+        },
+    );
+
+    // An endpoint replaced: the set follows by diff.
+    let changed = Instant::now();
+    apply(
+        cluster,
+        &slice_manifest("api-v4", "IPv4", &["10.244.1.7", "10.244.3.9"]),
+    );
+    let want = prefixes(&[
+        "10.96.7.7/32",
+        "10.244.1.7/32",
+        "10.244.3.9/32",
+        "fd00:244::7/128",
+    ]);
+    wait_for(
+        "the changed endpoint in the set",
+        Duration::from_secs(20),
+        || pinned_allow(&egress_pins, cgroup).filter(|(a, _)| *a == want),
+    );
+    println!(
+        "EndpointSlice change followed {:?} after the apply",
+        changed.elapsed()
+    );
+
+    // The Service deleted: every address goes, though its slices remain.
+    let deleted = Instant::now();
+    cluster
+        .kubectl_ok(&["delete", "service", "api", "-n", NS])
+        .unwrap();
+    wait_for("the addresses removed", Duration::from_secs(20), || {
+        pinned_allow(&egress_pins, cgroup).filter(|(a, _)| a.is_empty())
+    });
+    println!(
+        "Service deletion removed its addresses {:?} after the delete",
+        deleted.elapsed()
+    );
+    let (_, domains) = pinned_allow(&egress_pins, cgroup).unwrap();
+    assert_eq!(domains, prefixes(&["allowed.test"]), "the domain stays");
+
+    let (status, took, log) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{}", log.join("\n"));
+    println!("daemon stopped in {took:?}");
+    assert!(
+        log.iter().any(|l| l.contains("the Service has no address")),
+        "the unresolved Service is logged"
+    );
+    for kind in ["endpointslice", "service"] {
+        let _ = cluster.kubectl_output(&["delete", kind, "--all", "-n", NS]);
+    }
+    let _ = cluster.kubectl_output(&["delete", "rpol", "svc-allow"]);
+    let _ = cluster.kubectl_output(&[
+        "delete",
+        "pod",
+        "svc-web",
+        "-n",
+        NS,
+        "--grace-period=0",
+        "--force",
+    ]);
+}
+
+// ---- a domain on the daemon ------------------------------------------------------------
+
+const DNS_NODE: &str = "host-dns-node";
+const DNS_NS: &str = "dns-names";
+const CHILD_ENV: &str = "KRT_DNS_NAMES_CHILD";
+
+/// The child: joins the cgroup, asks the resolver for a name's A record,
+/// connects to the answer. Exit 0 connected, 10 not, 12 no answer.
+#[test]
+fn resolve_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split('\t').collect();
+    let (dir, resolver, name, port) = (parts[0], parts[1], parts[2], parts[3]);
+    std::fs::write(
+        Path::new(dir).join("cgroup.procs"),
+        std::process::id().to_string(),
+    )
+    .unwrap();
+    let sock = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    sock.send_to(
+        &dnsmsg::query(7, name, dnsmsg::TYPE_A),
+        resolver.parse::<SocketAddr>().unwrap(),
+    )
+    .unwrap();
+    let mut buf = [0u8; 512];
+    let Some(addr) = sock
+        .recv_from(&mut buf)
+        .ok()
+        .and_then(|(n, _)| dnsmsg::first_a(&buf[..n]))
+    else {
+        std::process::exit(12);
+    };
+    let to = SocketAddr::from((addr, port.parse::<u16>().unwrap()));
+    let code = match TcpStream::connect_timeout(&to, Duration::from_millis(1500)) {
+        Ok(mut s) => {
+            let _ = s.write_all(b"x");
+            let _ = s.read(&mut [0u8; 8]);
+            0
+        }
+        Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => 10,
+        Err(_) => 11,
+    };
+    std::process::exit(code);
+}
+
+/// A child in `cgroup` resolves `name` through `resolver` and connects to
+/// the answered address (`answer`, where this listens): whether it
+/// connected.
+fn resolves_and_connects(
+    cgroup: &Path,
+    resolver: SocketAddr,
+    name: &str,
+    answer: Ipv4Addr,
+) -> bool {
+    let listener = TcpListener::bind((answer, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "resolve_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            CHILD_ENV,
+            format!("{}\t{resolver}\t{name}\t{port}", cgroup.display()),
+        )
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut accepted = None;
+    while accepted.is_none() && Instant::now() < deadline {
+        match listener.accept() {
+            Ok((s, _)) => accepted = Some(s),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+    drop(accepted);
+    match child.wait().unwrap().code() {
+        Some(0) => true,
+        Some(10 | 11) => false,
+        other => panic!("{name}: the child found no answer ({other:?})"),
+    }
+}
+
+/// Answers A questions for the names of `table` from `<ip>:53` (what a
+/// cluster resolver does), NXDOMAIN otherwise; stops with the returned
+/// flag.
+fn resolver(
+    ip: Ipv4Addr,
+    table: Vec<(&'static str, Ipv4Addr)>,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let sock = UdpSocket::bind((ip, 53)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let addr = sock.local_addr().unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stopping = stop.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while !stopping.load(Ordering::Relaxed) {
+            let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                continue;
+            };
+            let Some(name) = dnsmsg::question_name(&buf[..n]) else {
+                continue;
+            };
+            let mut r = match table.iter().find(|(t, _)| *t == name) {
+                Some((_, a)) => {
+                    let mut r = dnsmsg::Response::new(&name, dnsmsg::TYPE_A);
+                    r.a(&dnsmsg::ptr(dnsmsg::QNAME_AT), 60, *a);
+                    r
+                }
+                None => dnsmsg::Response::new(&name, dnsmsg::TYPE_A).rcode(3),
+            };
+            r.bytes[..2].copy_from_slice(&buf[..2]);
+            let _ = sock.send_to(&r.bytes, from);
+        }
+    });
+    (addr, stop)
+}
+
+/// The text of /metrics at `addr`.
+fn scrape(addr: SocketAddr) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// The value of the series whose line holds every one of `parts`.
+fn series(text: &str, parts: &[&str]) -> Option<u64> {
+    text.lines()
+        .find(|l| !l.starts_with('#') && parts.iter().all(|p| l.contains(p)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[test]
+fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
+    let cluster = cluster();
+    let dir = tempdir();
+    let bpffs = dir.path().join("bpffs");
+    std::fs::create_dir_all(&bpffs).unwrap();
+    assert!(Command::new("mount")
+        .args(["-t", "bpf", "bpf"])
+        .arg(&bpffs)
+        .status()
+        .unwrap()
+        .success());
+    namespace(cluster, DNS_NS, "team: dns");
+    apply(
+        cluster,
+        "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: dns-allow\nspec:\n  mode: enforce\n  podSelector: {matchLabels: {app: dns-web}}\n  behaviors:\n  - network:\n      allow: {values: [\"allowed.test\", \"127.0.4.53\"]}\n      deny: {values: [\"*\"]}\n",
+    );
+    let _ = cluster.kubectl_output(&[
+        "delete",
+        "pod",
+        "dns-web",
+        "-n",
+        DNS_NS,
+        "--grace-period=0",
+        "--force",
+    ]);
+    let id = "6a".repeat(32);
+    let uid = running_pod(
+        cluster,
+        DNS_NS,
+        "dns-web",
+        DNS_NODE,
+        "app: dns-web",
+        &format!("containerd://{id}"),
+    );
+    let root = cgroup2_root();
+    let pod_dir = root.join(format!("kubepods/besteffort/pod{uid}"));
+    let container = pod_dir.join(&id);
+    let mut created = Vec::new();
+    for d in [
+        root.join("kubepods"),
+        root.join("kubepods/besteffort"),
+        pod_dir.clone(),
+        container.clone(),
+    ] {
+        if !d.exists() {
+            std::fs::create_dir(&d).unwrap();
+            created.push(d);
+        }
+    }
+    let _cleanup = Cleanup {
+        cgroup_dirs: created,
+        bpffs: bpffs.clone(),
+    };
+
+    let allowed = Ipv4Addr::new(127, 0, 0, 30);
+    let other = Ipv4Addr::new(127, 0, 0, 31);
+    let (resolver_addr, stop) = resolver(
+        Ipv4Addr::new(127, 0, 4, 53),
+        vec![("allowed.test", allowed), ("other.test", other)],
+    );
+    let metrics_port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = SocketAddr::from(([127, 0, 0, 1], metrics_port));
+    let pins = bpffs.join("kyverno-runtime");
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            &metrics.to_string(),
+            "--status-interval",
+            "1s",
+            "--drain-interval",
+            "1s",
+            "--reports-enabled=false",
+            "--pin-dir",
+            pins.to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", DNS_NODE),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_log("pods on this node listed", Duration::from_secs(30));
+    let cgroup = std::fs::metadata(&container).unwrap().ino();
+    wait_for(
+        "the pod's set naming the domain",
+        Duration::from_secs(20),
+        || pinned_allow(&pins.join("egress"), cgroup).filter(|(_, d)| d.contains("allowed.test")),
+    );
+
+    assert!(
+        resolves_and_connects(&container, resolver_addr, "allowed.test", allowed),
+        "the pod's own answer for allowed.test opens its address"
+    );
+    assert!(
+        !resolves_and_connects(&container, resolver_addr, "other.test", other),
+        "an address answered for another name stays dropped"
+    );
+    let text = wait_for(
+        "the snooper's counters in /metrics",
+        Duration::from_secs(20),
+        || {
+            let text = scrape(metrics)?;
+            (series(
+                &text,
+                &[
+                    "events_ingested_total",
+                    "source=\"dnssnoop\"",
+                    "kind=\"learned\"",
+                ],
+            )? >= 1)
+                .then_some(text)
+        },
+    );
+    for line in text.lines().filter(|l| l.contains("dnssnoop")) {
+        println!("{line}");
+    }
+    assert_eq!(
+        series(
+            &text,
+            &[
+                "events_ingested_total",
+                "source=\"dnssnoop\"",
+                "kind=\"response\""
+            ]
+        ),
+        Some(2)
+    );
+    assert_eq!(
+        series(
+            &text,
+            &[
+                "events_dropped_total",
+                "source=\"dnssnoop\"",
+                "reason=\"answer_unreadable\""
+            ]
+        ),
+        Some(0)
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (status, _, log) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{}", log.join("\n"));
+    let _ = cluster.kubectl_output(&["delete", "rpol", "dns-allow"]);
+    let _ = cluster.kubectl_output(&[
+        "delete",
+        "pod",
+        "dns-web",
+        "-n",
+        DNS_NS,
+        "--grace-period=0",
+        "--force",
+    ]);
+}

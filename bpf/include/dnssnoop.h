@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Layouts of the DNS answer snooper (bpf/dnssnoop/snoop.bpf.c) that its
+ * Rust handle (kyverno_runtime_bpf::egress) reads from the generated
+ * skeleton's types.
+ */
+#ifndef KRT_DNSSNOOP_H
+#define KRT_DNSSNOOP_H
+
+#include "vmlinux.h"
+#include "dnsname.h"
+#include "egress.h"
+
+/* Answer records walked per response; more are counted (walk_limit) and
+ * not read. A response carries a handful: a CNAME or two, then the A or
+ * AAAA records of the last name. */
+#define KRT_DNS_SNOOP_ANSWERS_MAX 16
+/* Names an address may be owned by: the question and up to three CNAME
+ * targets reached from it. A longer chain is counted (walk_limit). */
+#define KRT_DNS_SNOOP_CHAIN_MAX 4
+
+/*
+ * Gated DNS responses by outcome, one struct per CPU at key 0 of
+ * `snoop_stats`, cumulative since load. Every response (a datagram from
+ * UDP port 53 to a cgroup whose set names domains, with the QR bit) adds
+ * one to `responses`; then records and failures are counted as they are
+ * met. Every path passes the packet: the snooper only learns.
+ */
+struct krt_dns_snoop_stats {
+	/* Gated responses read. */
+	__u64 responses;
+	/* A or AAAA records whose address was learned (or refreshed). */
+	__u64 learned;
+	/* A or AAAA records reached from the question whose names no domain
+	 * of the set names: not learned. */
+	__u64 unnamed;
+	/* A, AAAA or CNAME records whose owner is neither the question nor a
+	 * name a CNAME of the same response led to: skipped. */
+	__u64 unchained;
+	/* Responses the parser stopped in: a header, record or name that the
+	 * datagram ends inside of, a reserved label type, or a compression
+	 * pointer that does not point backwards. What was learned before the
+	 * failure stays learned. */
+	__u64 malformed;
+	/* Names over DOMAIN_KEY_LEN: no policy can name them. */
+	__u64 name_too_long;
+	/* Records beyond KRT_DNS_SNOOP_ANSWERS_MAX, or CNAMEs beyond
+	 * KRT_DNS_SNOOP_CHAIN_MAX names: not read. */
+	__u64 walk_limit;
+	/* A header that is not a single-question response the parser reads
+	 * (QDCOUNT other than 1). */
+	__u64 unsupported;
+	/* egress_learned refused the update. */
+	__u64 learn_failed;
+};
+
+#endif /* KRT_DNSSNOOP_H */

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The maps the egress filter (bpf/egress/egress_filter.bpf.c) shares with
+ * the DNS answer snooper (bpf/dnssnoop/snoop.bpf.c). Both objects declare
+ * them from here, so the declarations cannot drift; at load the snooper's
+ * copies are replaced by the filter's (libbpf reuses the filter's fds), so
+ * there is one map of each on the node and the snooper writes exactly what
+ * the filter reads.
+ */
+#ifndef KRT_EGRESS_MAPS_H
+#define KRT_EGRESS_MAPS_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "egress.h"
+
+/*
+ * cgroup id (bpf_skb_cgroup_id) -> the set and flags that apply. Written
+ * by userspace only, so it need not be preallocated. The snooper's gate.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_CGROUPS);
+	__type(key, __u64);
+	__type(value, struct krt_egress_filter);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} cgroup_filters SEC(".maps");
+
+/* (name, set) -> the verdicts the set's policies give the name. Written
+ * by userspace; read by the snooper. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_DOMAINS);
+	__type(key, struct krt_egress_domain_key);
+	__type(value, struct krt_egress_domain);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} egress_domains SEC(".maps");
+
+/* (set, address) -> what a DNS answer taught the set about it, until
+ * when. Written by the snooper; read by the filter; userspace removes the
+ * entries of a set it frees and of a name a set stops naming. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_LEARNED);
+	__type(key, struct krt_egress_learned_key);
+	__type(value, struct krt_egress_learned);
+} egress_learned SEC(".maps");
+
+#endif /* KRT_EGRESS_MAPS_H */

@@ -1,0 +1,665 @@
+//! The DNS answer snooper and the egress filter's use of what it learns,
+//! on the host kernel with BPF_PROG_TEST_RUN (tier 2: needs root).
+//!
+//! Run with `cargo test -p kyverno-runtime-bpf --features host-tests --test
+//! dnssnoop_test_run`. Crafted DNS responses go through the snooper
+//! (`EgressFilter::test_run_snoop`); each case asserts the verdict (always
+//! pass), the learned map and the snooper's counters. The test skb's socket
+//! is charged to this process's cgroup, so each case maps that cgroup (the
+//! inode of its cgroup v2 directory) to its set, as the agent maps a
+//! container's. Each case loads its own filter, so maps and counters start
+//! empty.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "common/dnsmsg.rs"]
+mod dnsmsg;
+
+use std::fs;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dnsmsg::{labels_then, ptr, wire, Response, QNAME_AT, TYPE_A, TYPE_AAAA, TYPE_TXT};
+use kyverno_runtime_bpf::egress::{
+    Domain, DomainVerdicts, EgressFilter, FilterFlags, Learned, Prefix, SnoopStats, Verdict,
+    DNS_TTL_MAX, DNS_TTL_MIN,
+};
+
+const PASS: u32 = 1;
+const DROP: u32 = 0;
+const SET: u32 = 7;
+
+// ---- the process's cgroup -------------------------------------------------
+
+fn cgroup2_mount() -> PathBuf {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountinfo
+        .lines()
+        .find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            (right.split_whitespace().next()? == "cgroup2")
+                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .expect("no cgroup2 mount in /proc/self/mountinfo")
+}
+
+fn own_cgroup_id() -> u64 {
+    let cgroups = fs::read_to_string("/proc/self/cgroup").unwrap();
+    let path = cgroups
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("no cgroup v2 line in /proc/self/cgroup");
+    fs::metadata(cgroup2_mount().join(path.trim_start_matches('/')))
+        .unwrap()
+        .ino()
+}
+
+// ---- frames ------------------------------------------------------------------
+
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86dd;
+const UDP: u8 = 17;
+const TCP: u8 = 6;
+
+fn ethernet(ethertype: u16, packet: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8; 12];
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(packet);
+    f
+}
+
+fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = sport.to_be_bytes().to_vec();
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&u16::try_from(8 + payload.len()).unwrap().to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+fn ipv4(proto: u8, src: Ipv4Addr, dst: Ipv4Addr, l4: &[u8]) -> Vec<u8> {
+    let mut ip = vec![0x45, 0];
+    ip.extend_from_slice(&u16::try_from(20 + l4.len()).unwrap().to_be_bytes());
+    ip.extend_from_slice(&[0, 0, 0x40, 0, 64, proto, 0, 0]);
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&dst.octets());
+    ip.extend_from_slice(l4);
+    ip
+}
+
+fn ipv6(proto: u8, src: Ipv6Addr, dst: Ipv6Addr, l4: &[u8]) -> Vec<u8> {
+    let mut ip = vec![0x60, 0, 0, 0];
+    ip.extend_from_slice(&u16::try_from(l4.len()).unwrap().to_be_bytes());
+    ip.extend_from_slice(&[proto, 64]);
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&dst.octets());
+    ip.extend_from_slice(l4);
+    ip
+}
+
+const RESOLVER: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+const POD: Ipv4Addr = Ipv4Addr::new(10, 244, 1, 5);
+
+/// A DNS message from the resolver's port 53 to the pod, over IPv4.
+fn from_53(msg: &[u8]) -> Vec<u8> {
+    from_port(53, msg)
+}
+
+fn from_port(sport: u16, msg: &[u8]) -> Vec<u8> {
+    ethernet(ETH_P_IP, &ipv4(UDP, RESOLVER, POD, &udp(sport, 41000, msg)))
+}
+
+/// The same over IPv6.
+fn from_53_v6(msg: &[u8]) -> Vec<u8> {
+    let resolver: Ipv6Addr = "fd00::a".parse().unwrap();
+    let pod: Ipv6Addr = "fd00:1::5".parse().unwrap();
+    ethernet(ETH_P_IPV6, &ipv6(UDP, resolver, pod, &udp(53, 41000, msg)))
+}
+
+/// A TCP SYN from the pod to `dst` (what the egress filter judges).
+fn syn_to(dst: IpAddr) -> Vec<u8> {
+    let mut tcp = 41000u16.to_be_bytes().to_vec();
+    tcp.extend_from_slice(&443u16.to_be_bytes());
+    tcp.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+    match dst {
+        IpAddr::V4(d) => ethernet(ETH_P_IP, &ipv4(TCP, POD, d, &tcp)),
+        IpAddr::V6(d) => ethernet(
+            ETH_P_IPV6,
+            &ipv6(TCP, "fd00:1::5".parse().unwrap(), d, &tcp),
+        ),
+    }
+}
+
+// ---- fixtures -------------------------------------------------------------------
+
+const ALLOW: DomainVerdicts = DomainVerdicts {
+    allow: true,
+    deny: false,
+};
+const DENY: DomainVerdicts = DomainVerdicts {
+    allow: false,
+    deny: true,
+};
+
+fn d(name: &str) -> Domain {
+    Domain::new(name).unwrap()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A filter whose set (this process's cgroup) names `domains` (name,
+/// sides; name ids 1, 2, ... in order), with `flags`.
+fn snooping(domains: &[(&str, DomainVerdicts)], flags: FilterFlags) -> EgressFilter {
+    let f = EgressFilter::load().unwrap();
+    if let Some(e) = f.snoop_error() {
+        panic!("the snooper did not load: {e}");
+    }
+    for (i, (name, verdicts)) in domains.iter().enumerate() {
+        f.set_domain(SET, &d(name), *verdicts, u32::try_from(i + 1).unwrap())
+            .unwrap();
+    }
+    f.set_filter(own_cgroup_id(), SET, flags).unwrap();
+    f
+}
+
+fn domains_on() -> FilterFlags {
+    FilterFlags {
+        default_deny: false,
+        observe: false,
+        domains: true,
+    }
+}
+
+/// Runs the snooper on `frame`, asserting it passed.
+fn snoop(f: &EgressFilter, frame: &[u8]) {
+    assert_eq!(
+        f.test_run_snoop(frame).unwrap(),
+        PASS,
+        "the snooper never drops"
+    );
+}
+
+/// The learned entries without their remaining time (asserted apart).
+fn learned(f: &EgressFilter) -> Vec<(u32, IpAddr, DomainVerdicts, u32)> {
+    f.learned()
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.set_id, l.addr, l.verdicts, l.name_id))
+        .collect()
+}
+
+fn stats(f: &EgressFilter) -> SnoopStats {
+    f.read_snoop_stats().unwrap()
+}
+
+fn only(learned: &[Learned]) -> Learned {
+    assert_eq!(learned.len(), 1, "{learned:?}");
+    learned[0]
+}
+
+// ---- the table -------------------------------------------------------------------
+
+/// One crafted response and what the snooper must make of it, for a set
+/// naming `allowed.test` (allow, name id 1) and `denied.test` (deny, 2).
+struct Case {
+    name: &'static str,
+    frame: Vec<u8>,
+    learned: Vec<(&'static str, DomainVerdicts, u32)>,
+    stats: SnoopStats,
+}
+
+fn responses(n: u64) -> SnoopStats {
+    SnoopStats {
+        responses: n,
+        ..SnoopStats::default()
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let mut out = Vec::new();
+
+    // A: the owner is a pointer to the question, as every server writes it.
+    let mut r = Response::new("Allowed.TEST", TYPE_A);
+    r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, 10));
+    out.push(Case {
+        name: "A record, owner compressed to the question",
+        frame: from_53(&r.bytes),
+        learned: vec![("192.0.2.10", ALLOW, 1)],
+        stats: SnoopStats {
+            learned: 1,
+            ..responses(1)
+        },
+    });
+
+    // AAAA over IPv6, two records, the owner written out in full.
+    let mut r = Response::new("allowed.test", TYPE_AAAA);
+    r.aaaa(&wire("ALLOWED.test"), 60, "2001:db8::10".parse().unwrap());
+    r.aaaa(&ptr(QNAME_AT), 60, "2001:db8::11".parse().unwrap());
+    out.push(Case {
+        name: "AAAA records over IPv6, owner uncompressed and compressed",
+        frame: from_53_v6(&r.bytes),
+        learned: vec![("2001:db8::10", ALLOW, 1), ("2001:db8::11", ALLOW, 1)],
+        stats: SnoopStats {
+            learned: 2,
+            ..responses(1)
+        },
+    });
+
+    // CNAME chain: the question names nothing; its CNAME leads through a
+    // second CNAME to allowed.test, whose A record is learned with
+    // allowed.test's verdicts.
+    let mut r = Response::new("www.shop.example", TYPE_A);
+    let mid = r.cname(&ptr(QNAME_AT), 30, &labels_then("edge", QNAME_AT + 4));
+    let last = r.cname(&ptr(mid), 30, &wire("allowed.test"));
+    r.a(&ptr(last), 30, Ipv4Addr::new(192, 0, 2, 20));
+    r.a(&ptr(last), 30, Ipv4Addr::new(192, 0, 2, 21));
+    out.push(Case {
+        name: "CNAME chain of two to a named name",
+        frame: from_53(&r.bytes),
+        learned: vec![("192.0.2.20", ALLOW, 1), ("192.0.2.21", ALLOW, 1)],
+        stats: SnoopStats {
+            learned: 2,
+            ..responses(1)
+        },
+    });
+
+    // Compression inside names: the question is denied.test; the CNAME's
+    // target is "cdn" + a pointer into the question's last label
+    // ("test"), i.e. cdn.test, named nowhere; the A record reached through
+    // the chain still carries denied.test's deny.
+    let mut r = Response::new("denied.test", TYPE_A);
+    let target = r.cname(&ptr(QNAME_AT), 30, &labels_then("cdn", QNAME_AT + 7));
+    r.a(&ptr(target), 30, Ipv4Addr::new(192, 0, 2, 30));
+    out.push(Case {
+        name: "pointer into the middle of a name, deny side",
+        frame: from_53(&r.bytes),
+        learned: vec![("192.0.2.30", DENY, 2)],
+        stats: SnoopStats {
+            learned: 1,
+            ..responses(1)
+        },
+    });
+
+    // A name no domain names: nothing learned, counted.
+    let mut r = Response::new("other.test", TYPE_A);
+    r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, 40));
+    out.push(Case {
+        name: "answer for a name no policy names",
+        frame: from_53(&r.bytes),
+        learned: vec![],
+        stats: SnoopStats {
+            unnamed: 1,
+            ..responses(1)
+        },
+    });
+
+    // A record owned by a name the chain never reached: skipped, while
+    // the question's own record is learned.
+    let mut r = Response::new("allowed.test", TYPE_A);
+    r.a(&wire("denied.test"), 300, Ipv4Addr::new(192, 0, 2, 50));
+    r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, 51));
+    out.push(Case {
+        name: "a record of another owner is not learned",
+        frame: from_53(&r.bytes),
+        learned: vec![("192.0.2.51", ALLOW, 1)],
+        stats: SnoopStats {
+            learned: 1,
+            unchained: 1,
+            ..responses(1)
+        },
+    });
+
+    // Truncated: the first record is learned, the second ends mid-way.
+    let mut r = Response::new("allowed.test", TYPE_A);
+    r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, 60));
+    r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, 61));
+    let cut = r.bytes.len() - 2;
+    out.push(Case {
+        name: "truncated in the second record",
+        frame: from_53(&r.bytes[..cut]),
+        learned: vec![("192.0.2.60", ALLOW, 1)],
+        stats: SnoopStats {
+            learned: 1,
+            malformed: 1,
+            ..responses(1)
+        },
+    });
+
+    // Truncated in the header.
+    let r = Response::new("allowed.test", TYPE_A);
+    out.push(Case {
+        name: "truncated in the header",
+        frame: from_53(&r.bytes[..7]),
+        learned: vec![],
+        stats: SnoopStats {
+            malformed: 1,
+            ..SnoopStats::default()
+        },
+    });
+
+    // A pointer to itself (a loop) and a forward pointer.
+    let mut r = Response::new("allowed.test", TYPE_A);
+    let at = r.bytes.len();
+    r.a(&ptr(at), 300, Ipv4Addr::new(192, 0, 2, 70));
+    out.push(Case {
+        name: "a compression pointer to itself",
+        frame: from_53(&r.bytes),
+        learned: vec![],
+        stats: SnoopStats {
+            malformed: 1,
+            ..responses(1)
+        },
+    });
+    let mut r = Response::new("allowed.test", TYPE_A);
+    let at = r.bytes.len();
+    r.a(&ptr(at + 40), 300, Ipv4Addr::new(192, 0, 2, 71));
+    out.push(Case {
+        name: "a forward compression pointer",
+        frame: from_53(&r.bytes),
+        learned: vec![],
+        stats: SnoopStats {
+            malformed: 1,
+            ..responses(1)
+        },
+    });
+
+    // Over the key width: 3 labels of 50 bytes need 154 bytes.
+    let long = ["a".repeat(50), "b".repeat(50), "c".repeat(50)].join(".");
+    let mut r = Response::new(&long, TYPE_A);
+    r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, 80));
+    out.push(Case {
+        name: "a question name over the key width",
+        frame: from_53(&r.bytes),
+        learned: vec![],
+        stats: SnoopStats {
+            name_too_long: 1,
+            ..responses(1)
+        },
+    });
+
+    // Not from port 53: not a DNS response to the snooper.
+    let mut r = Response::new("allowed.test", TYPE_A);
+    r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, 90));
+    out.push(Case {
+        name: "a response from port 5353",
+        frame: from_port(5353, &r.bytes),
+        learned: vec![],
+        stats: SnoopStats::default(),
+    });
+    // A query from port 53 (QR clear).
+    out.push(Case {
+        name: "a query from port 53",
+        frame: from_53(&r.clone().query_bit_cleared().bytes),
+        learned: vec![],
+        stats: SnoopStats::default(),
+    });
+    // NXDOMAIN, and a response with no answer: nothing to learn.
+    out.push(Case {
+        name: "NXDOMAIN",
+        frame: from_53(&Response::new("allowed.test", TYPE_A).rcode(3).bytes),
+        learned: vec![],
+        stats: responses(1),
+    });
+    // Two questions: not what a stub resolver sends.
+    out.push(Case {
+        name: "QDCOUNT 2",
+        frame: from_53(&r.clone().qdcount(2).bytes),
+        learned: vec![],
+        stats: SnoopStats {
+            unsupported: 1,
+            ..responses(1)
+        },
+    });
+
+    // Records of other types and classes are stepped over.
+    let mut r = Response::new("allowed.test", TYPE_A);
+    r.record(&ptr(QNAME_AT), TYPE_TXT, 1, 300, b"\x05hello");
+    r.record(&ptr(QNAME_AT), TYPE_A, 3, 300, &[192, 0, 2, 99]);
+    r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, 100));
+    out.push(Case {
+        name: "TXT and a CHAOS-class A are stepped over",
+        frame: from_53(&r.bytes),
+        learned: vec![("192.0.2.100", ALLOW, 1)],
+        stats: SnoopStats {
+            learned: 1,
+            ..responses(1)
+        },
+    });
+
+    // An A record with a 5-byte RDATA.
+    let mut r = Response::new("allowed.test", TYPE_A);
+    r.record(&ptr(QNAME_AT), TYPE_A, 1, 300, &[192, 0, 2, 1, 0]);
+    out.push(Case {
+        name: "an A record of the wrong length",
+        frame: from_53(&r.bytes),
+        learned: vec![],
+        stats: SnoopStats {
+            malformed: 1,
+            ..responses(1)
+        },
+    });
+
+    // More records than the walk reads.
+    let mut r = Response::new("allowed.test", TYPE_A);
+    for i in 0..20u8 {
+        r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(198, 51, 100, i));
+    }
+    out.push(Case {
+        name: "20 answers: the first 16 are learned",
+        frame: from_53(&r.bytes),
+        learned: (0..16)
+            .map(|i| -> (&'static str, DomainVerdicts, u32) {
+                (
+                    Box::leak(format!("198.51.100.{i}").into_boxed_str()),
+                    ALLOW,
+                    1,
+                )
+            })
+            .collect(),
+        stats: SnoopStats {
+            learned: 16,
+            walk_limit: 1,
+            ..responses(1)
+        },
+    });
+
+    out
+}
+
+#[test]
+fn crafted_responses_teach_exactly_what_they_should() {
+    let mut failures = Vec::new();
+    for case in cases() {
+        let f = snooping(
+            &[("allowed.test", ALLOW), ("denied.test", DENY)],
+            domains_on(),
+        );
+        snoop(&f, &case.frame);
+        let mut want: Vec<(u32, IpAddr, DomainVerdicts, u32)> = case
+            .learned
+            .iter()
+            .map(|(a, v, n)| (SET, ip(a), *v, *n))
+            .collect();
+        want.sort();
+        let got = learned(&f);
+        let got_stats = stats(&f);
+        if got != want || got_stats != case.stats {
+            failures.push(format!(
+                "{}:\n  learned {got:?}\n     want {want:?}\n  stats {got_stats:?}\n   want {:?}",
+                case.name, case.stats
+            ));
+        } else {
+            println!("ok: {} ({} learned)", case.name, got.len());
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn ttls_are_clamped_to_the_documented_bounds() {
+    for (ttl, lo, hi) in [
+        (0, DNS_TTL_MIN - Duration::from_secs(1), DNS_TTL_MIN),
+        (1, DNS_TTL_MIN - Duration::from_secs(1), DNS_TTL_MIN),
+        (120, Duration::from_secs(119), Duration::from_secs(120)),
+        (7 * 86400, DNS_TTL_MAX - Duration::from_secs(1), DNS_TTL_MAX),
+    ] {
+        let f = snooping(&[("allowed.test", ALLOW)], domains_on());
+        let mut r = Response::new("allowed.test", TYPE_A);
+        r.a(&ptr(QNAME_AT), ttl, Ipv4Addr::new(192, 0, 2, 1));
+        snoop(&f, &from_53(&r.bytes));
+        let l = only(&f.learned().unwrap());
+        let left = l.remaining.expect("unexpired");
+        assert!(
+            lo < left && left <= hi,
+            "TTL {ttl}: {left:?} left, expected in ({lo:?}, {hi:?}]"
+        );
+        println!("TTL {ttl}: counts for {left:?}");
+    }
+}
+
+#[test]
+fn a_cgroup_whose_set_names_no_domain_is_not_read() {
+    // Mapped, but without the domains flag: one lookup, nothing else.
+    let f = snooping(
+        &[("allowed.test", ALLOW)],
+        FilterFlags {
+            domains: false,
+            ..FilterFlags::default()
+        },
+    );
+    let mut r = Response::new("allowed.test", TYPE_A);
+    r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, 1));
+    snoop(&f, &from_53(&r.bytes));
+    assert_eq!(learned(&f), []);
+    assert_eq!(stats(&f), SnoopStats::default());
+    // And an unmapped cgroup neither.
+    f.remove_cgroup(own_cgroup_id()).unwrap();
+    f.set_filter(own_cgroup_id() + 1, SET, domains_on())
+        .unwrap();
+    snoop(&f, &from_53(&r.bytes));
+    assert_eq!(stats(&f), SnoopStats::default());
+}
+
+#[test]
+fn answers_of_both_sides_merge_and_deny_wins_at_the_filter() {
+    // A set allowing everything by prefix: only a learned deny drops.
+    let f = snooping(
+        &[("allowed.test", ALLOW), ("denied.test", DENY)],
+        domains_on(),
+    );
+    f.insert(SET, Verdict::Allow, "0.0.0.0/0".parse::<Prefix>().unwrap())
+        .unwrap();
+    let shared = Ipv4Addr::new(192, 0, 2, 5);
+    for name in ["allowed.test", "denied.test"] {
+        let mut r = Response::new(name, TYPE_A);
+        r.a(&ptr(QNAME_AT), 300, shared);
+        snoop(&f, &from_53(&r.bytes));
+    }
+    let both = DomainVerdicts {
+        allow: true,
+        deny: true,
+    };
+    // The bits merge; the id is the latest answer's name.
+    assert_eq!(learned(&f), [(SET, IpAddr::V4(shared), both, 2)]);
+    assert_eq!(f.test_run(&syn_to(IpAddr::V4(shared))).unwrap(), DROP);
+    assert_eq!(
+        f.test_run(&syn_to(ip("192.0.2.6"))).unwrap(),
+        PASS,
+        "the /0 allow"
+    );
+    let s = f.read_stats().unwrap();
+    assert_eq!((s.denied, s.allowed, s.learned_hits), (1, 1, 1), "{s:?}");
+}
+
+#[test]
+fn the_filter_honours_learned_addresses_until_they_expire() {
+    let dd = FilterFlags {
+        default_deny: true,
+        observe: false,
+        domains: true,
+    };
+    let f = snooping(&[("allowed.test", ALLOW)], dd);
+    let v4 = ip("192.0.2.7");
+    let v6 = ip("2001:db8::7");
+    // Not learned yet: default denied.
+    assert_eq!(f.test_run(&syn_to(v4)).unwrap(), DROP);
+    let mut r = Response::new("allowed.test", TYPE_A);
+    r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, 7));
+    snoop(&f, &from_53(&r.bytes));
+    let mut r = Response::new("allowed.test", TYPE_AAAA);
+    r.aaaa(&ptr(QNAME_AT), 300, "2001:db8::7".parse().unwrap());
+    snoop(&f, &from_53_v6(&r.bytes));
+    assert_eq!(f.test_run(&syn_to(v4)).unwrap(), PASS);
+    assert_eq!(f.test_run(&syn_to(v6)).unwrap(), PASS);
+    assert_eq!(
+        f.test_run(&syn_to(ip("192.0.2.8"))).unwrap(),
+        DROP,
+        "an address no answer gave"
+    );
+
+    // Expired (written so by hand: a real TTL is at least 5 s): ignored.
+    f.insert_learned(SET, v4, ALLOW, 1, Duration::ZERO).unwrap();
+    assert_eq!(f.test_run(&syn_to(v4)).unwrap(), DROP);
+    let s = f.read_stats().unwrap();
+    assert_eq!(s.learned_hits, 2, "{s:?}");
+    assert_eq!(s.learned_expired, 1, "{s:?}");
+    assert_eq!(s.allowed, 2, "{s:?}");
+    assert_eq!(s.default_denied, 3, "{s:?}");
+
+    // Without the domains flag the filter does not look.
+    f.set_filter(
+        own_cgroup_id(),
+        SET,
+        FilterFlags {
+            domains: false,
+            ..dd
+        },
+    )
+    .unwrap();
+    assert_eq!(f.test_run(&syn_to(v6)).unwrap(), DROP);
+
+    // Another set does not see this set's addresses.
+    f.set_filter(own_cgroup_id(), SET + 1, dd).unwrap();
+    assert_eq!(f.test_run(&syn_to(v6)).unwrap(), DROP);
+}
+
+#[test]
+fn forgetting_takes_a_set_or_one_name() {
+    let f = snooping(
+        &[("allowed.test", ALLOW), ("other.test", ALLOW)],
+        domains_on(),
+    );
+    for (name, last) in [("allowed.test", 1u8), ("other.test", 2)] {
+        let mut r = Response::new(name, TYPE_A);
+        r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, last));
+        snoop(&f, &from_53(&r.bytes));
+    }
+    f.insert_learned(SET + 1, ip("192.0.2.9"), ALLOW, 1, Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(f.learned().unwrap().len(), 3);
+    assert_eq!(f.forget_learned(SET, Some(2)).unwrap(), 1);
+    assert_eq!(
+        learned(&f),
+        [
+            (SET, ip("192.0.2.1"), ALLOW, 1),
+            (SET + 1, ip("192.0.2.9"), ALLOW, 1)
+        ]
+    );
+    assert_eq!(f.forget_learned(SET, None).unwrap(), 1);
+    assert_eq!(learned(&f), [(SET + 1, ip("192.0.2.9"), ALLOW, 1)]);
+}
+
+#[test]
+fn a_name_removed_from_the_set_teaches_nothing_more() {
+    let f = snooping(&[("allowed.test", ALLOW)], domains_on());
+    assert!(f.remove_domain(SET, &d("allowed.test")).unwrap());
+    let mut r = Response::new("allowed.test", TYPE_A);
+    r.a(&ptr(QNAME_AT), 300, Ipv4Addr::new(192, 0, 2, 1));
+    snoop(&f, &from_53(&r.bytes));
+    assert_eq!(learned(&f), []);
+    assert_eq!(stats(&f).unnamed, 1);
+}
