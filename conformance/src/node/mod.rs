@@ -468,7 +468,7 @@ impl NodeHalf {
             }
             self.step(s, step, run)?;
         }
-        Ok(())
+        self.settle(run)
     }
 
     fn fixtures(&mut self, s: &Scenario) -> anyhow::Result<()> {

@@ -6,9 +6,10 @@
 //! daemon applies a change asynchronously; the difference reported is the
 //! last observation. So a scenario proves enforcement first (a refusal
 //! cannot come early) and absence after ("allowed" for another pod once
-//! the refusal is in force). An exact Report count is held for a few
-//! report intervals once reached, and an absent result is watched for as
-//! long, so neither passes by being read too early.
+//! the refusal is in force). An exact Report count, once reached, and an
+//! absent result are read again [`SETTLE`] later (before the next action,
+//! or at the end), so neither passes by being read too early; consecutive
+//! checks share that wait.
 
 use super::kubelet::RunningPod;
 use super::net::{Listener, Resolver};
@@ -32,9 +33,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How long an exact count or an absence is watched (a few report and
-/// drain intervals of 1 s).
-const SETTLE: Duration = Duration::from_secs(4);
+/// How long after it held an exact count or an absence is read again (a
+/// few report and drain intervals of 1 s).
+const SETTLE: Duration = Duration::from_secs(3);
 /// The pause between two tries of an awaited step.
 const RETRY: Duration = Duration::from_millis(250);
 
@@ -46,6 +47,18 @@ pub struct ScenarioRun {
     pub resolver: Option<Resolver>,
     /// What happened, step by step.
     pub log: Vec<String>,
+    /// Report checks to read again once [`SETTLE`] has passed.
+    deferred: Vec<Deferred>,
+}
+
+/// A pod's new labels, recorded after a relabel.
+type PodLabels = (String, BTreeMap<String, String>);
+
+/// A Report check that held, to be read again later.
+struct Deferred {
+    label: String,
+    check: ReportCheck,
+    since: Instant,
 }
 
 impl ScenarioRun {
@@ -55,6 +68,7 @@ impl ScenarioRun {
             pods: Vec::new(),
             resolver: None,
             log: Vec::new(),
+            deferred: Vec::new(),
         }
     }
 
@@ -177,15 +191,29 @@ impl NodeHalf {
         step: &Step,
         run: &mut ScenarioRun,
     ) -> anyhow::Result<()> {
-        let started = Instant::now();
         let label = label(step, run);
+        if matches!(
+            step.kind,
+            StepKind::Action { .. } | StepKind::RestartDaemon(_)
+        ) {
+            self.settle(run)?;
+        }
+        let started = Instant::now();
         let result = match &step.kind {
             StepKind::Action {
                 action,
                 expect,
                 errno,
             } => self.await_action(s, run, action, *expect, errno, step.within),
-            StepKind::Report(r) => self.await_report(run, r, step.within),
+            StepKind::Report(r) => self.await_report(run, r, step.within).inspect(|_| {
+                if r.absent || r.count.is_some() {
+                    run.deferred.push(Deferred {
+                        label: label.clone(),
+                        check: r.clone(),
+                        since: Instant::now(),
+                    });
+                }
+            }),
             StepKind::Condition(c) => self.await_condition(c, step.within),
             StepKind::Shard(c) => self.await_shard(c, step.within),
             StepKind::Metric(m) => self.await_metric(m, step.within),
@@ -220,6 +248,68 @@ impl NodeHalf {
                 Err(e.context(label))
             }
         }
+    }
+
+    /// Reads the deferred Report checks again once [`SETTLE`] has passed
+    /// since the last of them held: an exact count must not have grown,
+    /// an absent result must not have appeared.
+    pub(super) fn settle(&self, run: &mut ScenarioRun) -> anyhow::Result<()> {
+        let Some(last) = run.deferred.iter().map(|d| d.since).max() else {
+            return Ok(());
+        };
+        let wait = SETTLE.saturating_sub(last.elapsed());
+        std::thread::sleep(wait);
+        for d in std::mem::take(&mut run.deferred) {
+            let (found, _) = self.read_report(run, &d.check)?;
+            let changed = match (&found, d.check.absent, d.check.count) {
+                (Some(x), true, _) => Some(format!("the result appeared: {}", summarize(x))),
+                (None, false, _) => Some("the result disappeared".to_string()),
+                (Some(x), false, Some(want)) => {
+                    let count: u64 = prop(x, "count").and_then(|n| n.parse().ok()).unwrap_or(0);
+                    (count != want)
+                        .then(|| format!("count {count}, expected {want}: {}", summarize(x)))
+                }
+                _ => None,
+            };
+            if let Some(why) = changed {
+                run.log.push(format!("{}: FAILED when read again", d.label));
+                bail!(
+                    "{}: read again {:.1}s later, {why}",
+                    d.label,
+                    d.since.elapsed().as_secs_f64()
+                );
+            }
+            run.log.push(format!(
+                "{}: still so {:.1}s later (waited {:.1}s for it)",
+                d.label,
+                d.since.elapsed().as_secs_f64(),
+                wait.as_secs_f64()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The Report result a check looks for, and a summary of all.
+    fn read_report(
+        &self,
+        run: &ScenarioRun,
+        c: &ReportCheck,
+    ) -> anyhow::Result<(Option<ReportResult>, Vec<String>)> {
+        let pod = run.pod(&c.pod)?;
+        let reports = self.cluster.ns::<Report>(pod.namespace());
+        let name = format!("kyverno-runtime-{}", c.pod);
+        let results = self
+            .cluster
+            .get(&reports, &name)?
+            .and_then(|r| r.spec.results)
+            .unwrap_or_default();
+        let summary = results.iter().map(summarize).collect();
+        let found = results.into_iter().find(|x| {
+            x.policy == c.policy
+                && x.rule.as_deref() == Some(c.behavior.as_str())
+                && prop(x, "target") == Some(c.target.as_str())
+        });
+        Ok((found, summary))
     }
 
     // ------------------------------------------------------------ actions
@@ -415,32 +505,13 @@ impl NodeHalf {
         c: &ReportCheck,
         within: Duration,
     ) -> anyhow::Result<String> {
-        let pod = run.pod(&c.pod)?;
-        let reports = self.cluster.ns::<Report>(pod.namespace());
-        let name = format!("kyverno-runtime-{}", c.pod);
-        let read = || -> anyhow::Result<(Option<ReportResult>, Vec<String>)> {
-            let results = self
-                .cluster
-                .get(&reports, &name)?
-                .and_then(|r| r.spec.results)
-                .unwrap_or_default();
-            let summary = results.iter().map(summarize).collect();
-            let found = results.into_iter().find(|x| {
-                x.policy == c.policy
-                    && x.rule.as_deref() == Some(c.behavior.as_str())
-                    && prop(x, "target") == Some(c.target.as_str())
-            });
-            Ok((found, summary))
-        };
         let start = Instant::now();
         if c.absent {
-            while start.elapsed() < SETTLE {
-                if let (Some(found), _) = read()? {
-                    bail!("expected no such result, observed {}", summarize(&found));
-                }
-                std::thread::sleep(RETRY);
+            // Read now and again after the settle (see `settle`).
+            if let (Some(found), _) = self.read_report(run, c)? {
+                bail!("expected no such result, observed {}", summarize(&found));
             }
-            return Ok("absent".into());
+            return Ok("absent so far".into());
         }
         let mismatch = |x: &ReportResult| -> Option<String> {
             let count: u64 = prop(x, "count").and_then(|n| n.parse().ok()).unwrap_or(0);
@@ -455,11 +526,7 @@ impl NodeHalf {
                 }
             }
             if let Some(result) = &c.result {
-                let got = x
-                    .result
-                    .as_ref()
-                    .map(|r| serde_json::to_value(r).ok())
-                    .flatten();
+                let got = x.result.as_ref().and_then(|r| serde_json::to_value(r).ok());
                 if got.as_ref().and_then(|v| v.as_str()) != Some(result.as_str()) {
                     return Some(format!("result {got:?}, expected {result}"));
                 }
@@ -480,7 +547,7 @@ impl NodeHalf {
             None
         };
         loop {
-            let (found, summary) = read()?;
+            let (found, summary) = self.read_report(run, c)?;
             let verdict = match &found {
                 Some(x) => mismatch(x),
                 None => Some(format!(
@@ -493,21 +560,7 @@ impl NodeHalf {
                 )),
             };
             match (verdict, found) {
-                (None, Some(x)) => {
-                    if c.count.is_some() {
-                        // Exact: it must stay so for a few intervals.
-                        std::thread::sleep(SETTLE);
-                        if let (Some(later), _) = read()? {
-                            if let Some(m) = mismatch(&later) {
-                                bail!(
-                                    "the result changed after matching: {m} ({})",
-                                    summarize(&later)
-                                );
-                            }
-                        }
-                    }
-                    return Ok(summarize(&x));
-                }
+                (None, Some(x)) => return Ok(summarize(&x)),
                 (Some(why), found) if start.elapsed() >= within => {
                     let seen = found.as_ref().map(summarize).unwrap_or_default();
                     bail!(
@@ -629,7 +682,7 @@ impl NodeHalf {
                             .event_sources
                             .iter()
                             .find(|e| &e.name == name)
-                            .and_then(|e| serde_json::to_value(&e.state).ok())
+                            .and_then(|e| serde_json::to_value(e.state).ok())
                             .and_then(|v| v.as_str().map(str::to_string));
                         if got.as_deref() != Some(want.as_str()) {
                             diffs.push(format!("event source {name} {got:?}, expected {want}"));
@@ -699,7 +752,7 @@ impl NodeHalf {
         s: &Scenario,
         run: &ScenarioRun,
         kind: &StepKind,
-    ) -> anyhow::Result<(String, Option<(String, BTreeMap<String, String>)>)> {
+    ) -> anyhow::Result<(String, Option<PodLabels>)> {
         let c = &self.cluster;
         match kind {
             StepKind::Relabel(r) => {
