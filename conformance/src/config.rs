@@ -84,6 +84,20 @@ pub fn matrix(kernels: &[KernelSeries], modes: &[LsmMode]) -> Vec<Config> {
     out
 }
 
+/// Parses `SERIES-LSM` (`6.12-bpf`, `5.10-nobpf`).
+pub fn parse(s: &str) -> crate::Result<Config> {
+    let bad = || {
+        crate::Error::Config(format!(
+            "{s:?} is not KERNEL-LSM, e.g. 6.12-bpf or 5.10-nobpf"
+        ))
+    };
+    let (series, lsm) = s.trim().rsplit_once('-').ok_or_else(bad)?;
+    Ok(Config::Vm {
+        series: series.parse().map_err(|_| bad())?,
+        lsm: lsm.parse().map_err(|_| bad())?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +122,20 @@ mod tests {
             ]
         );
         assert_eq!(Config::Host.node_name(), "host");
+    }
+
+    #[test]
+    fn configurations_parse() {
+        assert_eq!(
+            parse("6.12-bpf").unwrap(),
+            Config::Vm {
+                series: KernelSeries::V6_12,
+                lsm: LsmMode::Bpf
+            }
+        );
+        assert_eq!(parse("7.x-nobpf").unwrap().node_name(), "k7-x-nobpf");
+        assert!(parse("6.12").is_err());
+        assert!(parse("6.2-bpf").is_err());
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub struct RunArgs {
     /// LSM modes to boot each kernel in (bpf, nobpf).
     #[arg(long, default_value = "bpf,nobpf")]
     lsm: String,
+    /// Exact configurations instead of --kernels x --lsm, e.g.
+    /// `6.12-bpf,5.10-nobpf` (what ci/test runs).
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["kernels", "lsm"])]
+    config: Vec<String>,
     /// Also run the host as a node (a restricted node on the build
     /// machines: no open/exec backend, network works). Needs root.
     #[arg(long)]
@@ -111,18 +115,25 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(spec) if !spec.is_empty() => Some(apply_break(&mut all, spec)?),
         _ => None,
     };
-    let kernels = match args.kernels.trim() {
-        "" | "none" => Vec::new(),
-        list => vmtest::parse_series_list(list)?,
+    let configs = if args.config.is_empty() {
+        let kernels = match args.kernels.trim() {
+            "" | "none" => Vec::new(),
+            list => vmtest::parse_series_list(list)?,
+        };
+        config::matrix(&kernels, &vmtest::parse_lsm_list(&args.lsm)?)
+    } else {
+        args.config
+            .iter()
+            .map(|c| config::parse(c))
+            .collect::<conformance::Result<Vec<_>>>()?
     };
-    let configs = config::matrix(&kernels, &vmtest::parse_lsm_list(&args.lsm)?);
     if configs.is_empty() && !args.host {
         bail!("nothing to run: no kernel and no --host");
     }
     if let Some(b) = &broken {
         println!("--break: {b} (this run must fail)");
     }
-    let bins = binaries(&args)?;
+    let mut bins = binaries(&args)?;
     let cluster = kyverno_runtime_testkube::LocalCluster::get()
         .context("the local control plane (ci/kube-up)")?;
     install_crds(cluster, &repo)?;
@@ -134,7 +145,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     );
     let mut nodes = Vec::new();
     for &config in &configs {
-        let node = run_vm(config, &all, &bins, cluster, args.verbose);
+        let node = run_vm(config, &all, &mut bins, cluster, args.verbose);
         summarize(&node);
         nodes.push(node);
     }
@@ -217,6 +228,27 @@ struct Binaries {
     relay: Option<PathBuf>,
     me: PathBuf,
     busybox: PathBuf,
+    /// Stripped copies of this program and the daemon for the guests,
+    /// made once (a rebuild during a long run must not change them).
+    guest: Option<tempfile::TempDir>,
+}
+
+impl Binaries {
+    /// The stripped copies for the guests, made on first use.
+    fn for_guests(&mut self) -> anyhow::Result<(PathBuf, PathBuf)> {
+        if self.guest.is_none() {
+            let dir = tempfile::tempdir()?;
+            strip(&self.me, &dir.path().join("conformance"))?;
+            strip(&self.daemon, &dir.path().join("kyverno-runtime"))?;
+            self.guest = Some(dir);
+        }
+        let dir = self
+            .guest
+            .as_ref()
+            .map(|d| d.path().to_path_buf())
+            .context("no guest binaries")?;
+        Ok((dir.join("conformance"), dir.join("kyverno-runtime")))
+    }
 }
 
 fn binaries(args: &RunArgs) -> anyhow::Result<Binaries> {
@@ -234,6 +266,7 @@ fn binaries(args: &RunArgs) -> anyhow::Result<Binaries> {
             relay: None,
             me,
             busybox,
+            guest: None,
         });
     }
     // The daemon and the guest network's relay, built now so a run never
@@ -299,6 +332,7 @@ fn binaries(args: &RunArgs) -> anyhow::Result<Binaries> {
         relay,
         me,
         busybox,
+        guest: None,
     })
 }
 
@@ -376,7 +410,7 @@ fn boot_timeout(scenarios: &[Scenario]) -> Duration {
 fn run_vm(
     config: Config,
     scenarios: &[Scenario],
-    bins: &Binaries,
+    bins: &mut Binaries,
     cluster: &kyverno_runtime_testkube::LocalCluster,
     verbose: bool,
 ) -> NodeRun {
@@ -399,10 +433,7 @@ fn run_vm(
         let cache = vmtest::Cache::from_env()?;
         let kernel = vmtest::resolve_kernel(series, &cache)?;
         let work = tempfile::tempdir()?;
-        let bin = work.path().join("bin");
-        std::fs::create_dir_all(&bin)?;
-        strip(&bins.me, &bin.join("conformance"))?;
-        strip(&bins.daemon, &bin.join("kyverno-runtime"))?;
+        let (me, daemon) = bins.for_guests()?;
         let (kubeconfig, port) = guest_kubeconfig(cluster)?;
         std::fs::write(work.path().join("kubeconfig"), kubeconfig)?;
         let plan = Plan {
@@ -429,7 +460,7 @@ fn run_vm(
                 format!("{GUEST_DIR}/plan.json"),
             ],
         );
-        spec.binaries = vec![bin.join("conformance"), bin.join("kyverno-runtime")];
+        spec.binaries = vec![me, daemon];
         spec.files = vec![
             (
                 work.path().join("kubeconfig"),

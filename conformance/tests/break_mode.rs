@@ -1,6 +1,7 @@
 //! The suite can fail: `--break` flips one expected outcome of an
-//! enforcement rule (network-deny's first step: egress to 127.0.20.1 is
-//! dropped, now expected delivered), and a real run on the host as a node
+//! enforcement rule (network-deny's step 3: a UDP datagram to 127.0.20.1
+//! is refused with EPERM, now expected delivered), and a real run on the
+//! host as a node
 //! of the local API server must then exit 1 and say, in the matrix and in
 //! the JSON, which scenario on which node saw what instead.
 //!
@@ -36,7 +37,7 @@ fn a_flipped_enforcement_outcome_fails_the_run_readably() {
     let junit = dir.path().join("results.xml");
     let out = Command::new(env!("CARGO_BIN_EXE_conformance"))
         .args(["--kernels", "none", "--host", "--scenario", "network-deny"])
-        .args(["--break", "network-deny"])
+        .args(["--break", "network-deny:3"])
         .arg("--daemon-bin")
         .arg(daemon())
         .arg("--json")
@@ -55,7 +56,7 @@ fn a_flipped_enforcement_outcome_fails_the_run_readably() {
     // The header says what was flipped; the matrix shows the cell; the
     // failure line names scenario, node, kernel, step, expected, observed.
     assert!(
-        stdout.contains("--break: network-deny step 1: expected dropped, now delivered"),
+        stdout.contains("--break: network-deny step 3: expected dropped, now delivered"),
         "{stdout}"
     );
     let row = stdout
@@ -72,8 +73,8 @@ fn a_flipped_enforcement_outcome_fails_the_run_readably() {
         .expect("the failure line");
     assert!(
         failure.contains(
-            "step 1 (connect tcp 127.0.20.1:8080 in network-deny/web, flipped by --break): \
-             expected delivered, observed dropped (the handshake timed out)"
+            "step 3 (connect udp 127.0.20.1:5353 in network-deny/web, flipped by --break): \
+             expected delivered, observed dropped (the kernel refused the send: EPERM)"
         ),
         "{failure}"
     );
@@ -96,7 +97,7 @@ fn a_flipped_enforcement_outcome_fails_the_run_readably() {
         .contains("expected delivered, observed dropped"));
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
-        xml.contains("<failure message=\"step 1 (connect tcp 127.0.20.1:8080"),
+        xml.contains("<failure message=\"step 3 (connect udp 127.0.20.1:5353"),
         "{xml}"
     );
 }

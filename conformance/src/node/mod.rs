@@ -394,7 +394,7 @@ impl NodeHalf {
             cell.difference = Some(format!("not on {} nodes: {}", n.nodes, n.reason));
             return cell;
         }
-        let mut run = steps::ScenarioRun::new(s);
+        let mut run = steps::ScenarioRun::new();
         let outcome = self.scenario_body(s, &mut run);
         if let Err(e) = self.cleanup(s, &mut run) {
             run.log.push(format!("cleanup: {e:#}"));

@@ -7,9 +7,9 @@
 //! last observation. So a scenario proves enforcement first (a refusal
 //! cannot come early) and absence after ("allowed" for another pod once
 //! the refusal is in force). An exact Report count, once reached, and an
-//! absent result are read again [`SETTLE`] later (before the next action,
-//! or at the end), so neither passes by being read too early; consecutive
-//! checks share that wait.
+//! absent result are read again [`SETTLE`] later (before the next step
+//! that is not a check, or at the end), so neither passes by being read
+//! too early; consecutive checks share that wait.
 
 use super::kubelet::RunningPod;
 use super::net::{Listener, Resolver};
@@ -63,7 +63,7 @@ struct Deferred {
 
 impl ScenarioRun {
     /// Nothing running yet.
-    pub fn new(_s: &Scenario) -> ScenarioRun {
+    pub fn new() -> ScenarioRun {
         ScenarioRun {
             pods: Vec::new(),
             resolver: None,
@@ -192,10 +192,13 @@ impl NodeHalf {
         run: &mut ScenarioRun,
     ) -> anyhow::Result<()> {
         let label = label(step, run);
-        if matches!(
+        // Anything but a check may change what the deferred checks read
+        // (an action adds to a count, a deleted policy's results go).
+        let check = matches!(
             step.kind,
-            StepKind::Action { .. } | StepKind::RestartDaemon(_)
-        ) {
+            StepKind::Report(_) | StepKind::Condition(_) | StepKind::Shard(_) | StepKind::Metric(_)
+        );
+        if !check {
             self.settle(run)?;
         }
         let started = Instant::now();
