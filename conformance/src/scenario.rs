@@ -519,7 +519,8 @@ pub struct RawRestart {
     /// daemon has listed its pods: each must have its outcome every time.
     #[serde(default)]
     pub throughout: Vec<RawStep>,
-    /// Mutations made while no daemon runs.
+    /// Mutations made while no daemon runs, then actions tried once each
+    /// (after the mutations, still with no daemon), in order.
     #[serde(default)]
     pub while_down: Vec<RawStep>,
     /// Extra flags for the new daemon (until the next restart).
@@ -661,7 +662,7 @@ pub enum StepKind {
 pub struct Restart {
     /// Actions (steps of kind `Action`) that must hold throughout.
     pub throughout: Vec<Step>,
-    /// Mutations while no daemon runs.
+    /// Mutations and single-try actions while no daemon runs.
     pub while_down: Vec<Step>,
     /// Extra daemon flags.
     pub args: Vec<String>,

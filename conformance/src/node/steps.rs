@@ -882,6 +882,26 @@ impl NodeHalf {
                 }
                 down.store(true, Ordering::SeqCst);
                 for m in &r.while_down {
+                    if let StepKind::Action {
+                        action,
+                        expect,
+                        errno,
+                    } = &m.kind
+                    {
+                        // One try: with no daemon, nothing changes by waiting.
+                        let seen = this.attempt(s, run_ref, action)?;
+                        if !seen.matches(*expect, errno) {
+                            let wanted = describe_expectation(&m.kind);
+                            let flipped = if m.broken {
+                                " (flipped by --break)"
+                            } else {
+                                ""
+                            };
+                            bail!("{action} while no daemon ran: expected {wanted}{flipped}, observed {seen}");
+                        }
+                        phases.push(format!("{action} while no daemon ran: {seen}"));
+                        continue;
+                    }
                     let (what, update) = this.mutation(s, run_ref, &m.kind)?;
                     phases.push(format!("{} while no daemon ran: {what}", label(m, run_ref)));
                     updates.extend(update);

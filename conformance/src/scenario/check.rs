@@ -285,15 +285,18 @@ impl Checker<'_> {
         let allowed_here = match nesting {
             Nesting::Top => true,
             Nesting::Throughout => is_action,
-            Nesting::WhileDown => matches!(
-                kind,
-                "relabel" | "applyPolicy" | "deletePolicy" | "deleteService"
-            ),
+            Nesting::WhileDown => {
+                is_action
+                    || matches!(
+                        kind,
+                        "relabel" | "applyPolicy" | "deletePolicy" | "deleteService"
+                    )
+            }
         };
         if !allowed_here {
             let what = match nesting {
                 Nesting::Throughout => "restartDaemon.throughout holds actions only",
-                Nesting::WhileDown => "restartDaemon.whileDown holds mutations only (relabel, applyPolicy, deletePolicy, deleteService)",
+                Nesting::WhileDown => "restartDaemon.whileDown holds actions and mutations (relabel, applyPolicy, deletePolicy, deleteService)",
                 Nesting::Top => "",
             };
             return Err(self.bad(field, what));
