@@ -4,6 +4,7 @@ pub mod cleanup;
 mod collector;
 mod crd;
 mod policy;
+mod policy_test;
 mod probe;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
