@@ -198,7 +198,11 @@ pub fn run(args: ProposeArgs) -> anyhow::Result<ExitCode> {
             if !labels.is_empty() {
                 workload.labels = labels.clone();
             }
-            let sources = vec![format!("the Reports {}", sources.join(", "))];
+            let sources = vec![format!(
+                "the Report{} {}",
+                if sources.len() == 1 { "" } else { "s" },
+                sources.join(", ")
+            )];
             (workload, sightings, sources)
         }
     };
