@@ -186,6 +186,10 @@ fn the_cluster_gives_the_controller_its_labels_and_every_report() {
     let (ok, _, stderr) = propose(cluster, &["-n", NS, "pod/debug"]);
     assert!(!ok);
     assert!(
+        stderr.contains(&format!("Report {NS}/kyverno-runtime-debug is about another object (uid an-earlier-pod, not {bare}): not read")),
+        "{stderr}"
+    );
+    assert!(
         stderr.contains(&format!("no Report about Pod {NS}/debug or its pods: run it under a monitor policy that denies everything first")),
         "{stderr}"
     );

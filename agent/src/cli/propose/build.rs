@@ -211,8 +211,10 @@ pub struct Proposal {
     pub left_out: Vec<LeftOut>,
     /// Other things a reader must know (aggregations, ignored findings).
     pub notes: Vec<String>,
-    /// Findings used, and values allowed.
+    /// Monitor findings used.
     pub used: usize,
+    /// Enforce findings (refusals) used.
+    pub refusals: usize,
     /// Allow values in both policies.
     pub allowed: usize,
 }
@@ -241,18 +243,19 @@ pub fn propose(workload: &Workload, sightings: &[Sighting], options: &Options) -
     let mut notes = Vec::new();
     let mut tallies: BTreeMap<(Behavior, String), Tally> = BTreeMap::new();
     let mut ignored = 0usize;
-    let mut used = 0usize;
+    let (mut used, mut refusals) = (0usize, 0usize);
     for s in sightings {
         if !options.policies.is_empty() && !options.policies.contains(&s.policy) {
             ignored += 1;
             continue;
         }
-        used += 1;
         let t = tallies.entry((s.behavior, s.target.clone())).or_default();
         if s.enforced {
+            refusals += 1;
             t.refused_by.insert(s.policy.clone());
             t.refused_count = t.refused_count.saturating_add(s.count);
         } else {
+            used += 1;
             t.count = t.count.saturating_add(s.count);
         }
     }
@@ -442,6 +445,7 @@ pub fn propose(workload: &Workload, sightings: &[Sighting], options: &Options) -
         left_out,
         notes,
         used,
+        refusals,
         allowed,
     }
 }
@@ -668,9 +672,14 @@ impl Proposal {
             out,
             "# RuntimePolicy proposed by `kyverno-runtime propose` for {workload}"
         );
+        let refusals = match self.refusals {
+            0 => String::new(),
+            1 => " and 1 refusal".to_string(),
+            n => format!(" and {n} refusals"),
+        };
         let _ = writeln!(
             out,
-            "# from {} monitor finding{} (polic{} {}) in {}.",
+            "# from {} monitor finding{}{refusals} (polic{} {}) in {}.",
             self.used,
             if self.used == 1 { "" } else { "s" },
             if from.policies.len() == 1 { "y" } else { "ies" },
@@ -936,6 +945,17 @@ mod tests {
             "/proc/self is the path as written, not a pid; protocol: no default deny"
         );
         assert!(p.dns_policy.is_none());
+        let yaml = p.to_yaml(
+            &workload(),
+            &Provenance {
+                sources: vec!["a file".into()],
+                policies: BTreeSet::from(["deny-nc".to_string(), "discover".to_string()]),
+            },
+        );
+        assert!(
+            yaml.contains("# from 10 monitor findings and 1 refusal (policies deny-nc, discover) in a file.\n"),
+            "{yaml}"
+        );
     }
 
     #[test]

@@ -149,12 +149,16 @@ pub async fn gather(
             None => break,
         }
     }
-    let labels: BTreeMap<String, String> = top
+    let (generated, labels): (BTreeMap<String, String>, BTreeMap<String, String>) = top
         .pod_labels
-        .iter()
-        .filter(|(k, _)| !GENERATED_LABELS.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+        .clone()
+        .into_iter()
+        .partition(|(k, _)| GENERATED_LABELS.contains(&k.as_str()));
+    for key in generated.keys() {
+        eprintln!(
+            "label {key} left out of the podSelector: Kubernetes sets it per pod, revision or Job"
+        );
+    }
 
     let reports: Api<Report> = Api::namespaced(client.clone(), namespace);
     let mut sources = Vec::new();
@@ -162,13 +166,18 @@ pub async fn gather(
     let mut read = |report: Report, uid: &str, sources: &mut Vec<String>| {
         // A Report of that name about another object (a pod of the same
         // name before, a controller recreated) is not this workload's.
+        let name = report.metadata.name.clone().unwrap_or_default();
         let scope_uid = report.spec.scope.as_ref().and_then(|s| s.uid.as_deref());
-        if scope_uid.is_some_and(|u| u != uid) {
+        if let Some(other) = scope_uid.filter(|u| *u != uid) {
+            eprintln!("Report {namespace}/{name} is about another object (uid {other}, not {uid}): not read");
             return;
         }
-        let name = report.metadata.name.clone().unwrap_or_default();
         let (found, _) = report_findings(&report);
-        sources.push(format!("{namespace}/{name} ({} findings)", found.len()));
+        sources.push(format!(
+            "{namespace}/{name} ({} finding{})",
+            found.len(),
+            if found.len() == 1 { "" } else { "s" }
+        ));
         sightings.extend(found.into_iter().map(|f| f.sighting));
     };
     if let Some(ck) = ControllerKind::from_kind(kind) {

@@ -213,11 +213,22 @@ pub fn run(args: ProposeArgs) -> anyhow::Result<ExitCode> {
             workload.namespace
         );
     }
-    let monitor_findings = sightings.iter().filter(|s| !s.enforced).count();
+    let wanted_policy =
+        |s: &&build::Sighting| args.policies.is_empty() || args.policies.contains(&s.policy);
+    let monitor_findings = sightings
+        .iter()
+        .filter(wanted_policy)
+        .filter(|s| !s.enforced)
+        .count();
     if monitor_findings == 0 {
         bail!(
-            "no monitor finding about {workload} ({} refusals): run it under a monitor policy that \
-             denies everything first (see `kyverno-runtime propose --help`)",
+            "no monitor finding about {workload}{} ({} findings read): run it under a monitor policy \
+             that denies everything first (see `kyverno-runtime propose --help`)",
+            if args.policies.is_empty() {
+                String::new()
+            } else {
+                format!(" of policy {}", args.policies.join(", "))
+            },
             sightings.len()
         );
     }
