@@ -38,14 +38,34 @@ enum PolicyCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Run policy tests: recorded events through the daemon's attribution
+    /// and monitor, the findings compared with the expected ones.
+    ///
+    /// Each PATH is a `kyverno-runtime-test.yaml` or a directory searched
+    /// for them. A test names RuntimePolicy files, declares namespaces and
+    /// pods, and lists cases: a JSON-lines file of recorded events
+    /// (docs/recorded-events.md) and the findings they must produce. Prints
+    /// pass or FAIL per case with the difference; exits 1 on any failure.
+    Test {
+        /// Test files or directories holding them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
 }
 
 /// Runs the subcommand.
 pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
-    let PolicyCommand::Check { files } = args.command;
+    match args.command {
+        PolicyCommand::Check { files } => check(&files),
+        PolicyCommand::Test { paths } => super::policy_test::run(&paths),
+    }
+}
+
+/// `policy check FILE...`.
+fn check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let mut failed = 0usize;
     let mut checked = 0usize;
-    for file in &files {
+    for file in files {
         let text = if file.as_os_str() == "-" {
             std::io::read_to_string(std::io::stdin()).context("reading stdin")?
         } else {
@@ -81,7 +101,7 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// One document's report and whether it is clean.
-fn check_document(value: serde_yaml::Value) -> (String, bool) {
+pub(crate) fn check_document(value: serde_yaml::Value) -> (String, bool) {
     let rp: RuntimePolicy = match serde_yaml::from_value(value) {
         Ok(rp) => rp,
         Err(e) => return (format!("not a RuntimePolicy: {e}\n"), false),
