@@ -756,6 +756,23 @@ impl CompiledPolicy {
         data: &DataSet,
         budget: u64,
     ) -> Result<EvaluationResult, Vec<EvaluateError>> {
+        let (result, errors) = self.evaluate_partial(ctx, data, budget);
+        if errors.is_empty() {
+            Ok(result)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// [`CompiledPolicy::evaluate_full`], keeping what did evaluate: the
+    /// behaviors whose rules evaluated, and the failures of the others
+    /// (what `policy check` shows when some data is missing).
+    pub fn evaluate_partial(
+        &self,
+        ctx: &Context<'_>,
+        data: &DataSet,
+        budget: u64,
+    ) -> (EvaluationResult, Vec<EvaluateError>) {
         let run = Evaluation {
             policy: self,
             ctx,
@@ -802,14 +819,8 @@ impl CompiledPolicy {
                 default_deny,
             });
         }
-        if errors.is_empty() {
-            Ok(EvaluationResult {
-                behaviors,
-                cost: run.budget.borrow().spent(),
-            })
-        } else {
-            Err(errors)
-        }
+        let cost = run.budget.borrow().spent();
+        (EvaluationResult { behaviors, cost }, errors)
     }
 }
 

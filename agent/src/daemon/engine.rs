@@ -16,6 +16,7 @@ pub use observe::{
 };
 
 use super::convert::{self, kernel_mode};
+use super::data::{DataReady, DataRequest, Fetcher};
 use super::resolve::{CgroupResolver, PodCgroups};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -33,6 +34,7 @@ use kyverno_runtime_metrics::Metrics;
 use kyverno_runtime_plane::SourceState;
 use kyverno_runtime_policy::compile::{CompiledPolicy, EvaluationResult};
 use kyverno_runtime_policy::selector::PodTarget;
+use kyverno_runtime_policy::sources::DataSet;
 use kyverno_runtime_policy::values::BehaviorKind;
 use kyverno_runtime_report::{Finding, ReporterHandle};
 use kyverno_runtime_status::{types, NodeReport, Reports};
@@ -99,6 +101,10 @@ struct PolicyState {
     interval: Option<Duration>,
     next_evaluation: Option<Instant>,
     evaluated_at: Option<Time>,
+    /// The last data request made for this policy (its data sources are
+    /// fetched before each evaluation), and whether it is still awaited.
+    data_epoch: u64,
+    awaiting_data: bool,
 }
 
 enum PolicyOutcome {
@@ -198,6 +204,9 @@ pub struct Engine {
     failures: BTreeMap<String, Vec<String>>,
     /// Rejected values by policy uid, for the spec-level conditions.
     rejections: BTreeMap<String, Rejections>,
+    /// Fetches policies' data sources (`None`: no data, so a policy
+    /// reading one fails to evaluate, saying so).
+    fetcher: Option<Arc<Fetcher>>,
 }
 
 #[derive(Default)]
@@ -238,7 +247,13 @@ impl Engine {
             pods: BTreeMap::new(),
             failures: BTreeMap::new(),
             rejections: BTreeMap::new(),
+            fetcher: None,
         }
+    }
+
+    /// Fetches data sources with `fetcher` from now on.
+    pub fn set_fetcher(&mut self, fetcher: Arc<Fetcher>) {
+        self.fetcher = Some(fetcher);
     }
 
     /// The names of the policies it knows (for a relist's deletions).
@@ -318,6 +333,8 @@ impl Engine {
                 interval,
                 next_evaluation: None,
                 evaluated_at: None,
+                data_epoch: self.policies.get(&name).map_or(0, |p| p.data_epoch),
+                awaiting_data: false,
             },
         );
         self.evaluate(&name);
@@ -330,6 +347,9 @@ impl Engine {
         let Some(state) = self.policies.remove(name) else {
             return;
         };
+        if let Some(f) = &self.fetcher {
+            f.cancel(name);
+        }
         if let Ok(id) = PolicyId::new(state.uid.clone()) {
             let mut failures = Vec::new();
             if let Some(m) = self.openexec.get() {
@@ -380,11 +400,57 @@ impl Engine {
             .min()
     }
 
+    /// Evaluates a policy (on a spec change or its interval): at once if it
+    /// reads no data source, else once its data has been fetched (see
+    /// [`Engine::data_ready`]); the watch loop never waits on the network.
     fn evaluate(&mut self, name: &str) {
         let Some(state) = self.policies.get_mut(name) else {
             return;
         };
         state.next_evaluation = state.interval.map(|d| Instant::now() + d);
+        let PolicyOutcome::Compiled { compiled, .. } = &state.outcome else {
+            state.evaluated_at = Some(now());
+            return;
+        };
+        let sources = compiled.sources().to_vec();
+        if let (false, Some(fetcher)) = (sources.is_empty(), &self.fetcher) {
+            state.data_epoch += 1;
+            state.awaiting_data = true;
+            fetcher.request(DataRequest {
+                policy: name.to_string(),
+                uid: state.uid.clone(),
+                epoch: state.data_epoch,
+                sources,
+            });
+            return;
+        }
+        self.evaluate_with(name, &DataSet::new());
+    }
+
+    /// A policy's data has been fetched: evaluate it over that data and
+    /// program the result (unless the policy changed or was deleted
+    /// meanwhile, or a newer request is under way).
+    pub fn data_ready(&mut self, ready: DataReady) {
+        let Some(state) = self.policies.get_mut(&ready.policy) else {
+            return;
+        };
+        if state.uid != ready.uid || state.data_epoch != ready.epoch || !state.awaiting_data {
+            tracing::debug!(policy = %ready.policy, epoch = ready.epoch, "stale data ignored");
+            return;
+        }
+        state.awaiting_data = false;
+        tracing::debug!(policy = %ready.policy, sources = ready.data.len(), took = ?ready.took, "data sources fetched");
+        self.evaluate_with(&ready.policy, &ready.data);
+        self.observe_policy(&ready.policy);
+        self.refresh_reports();
+    }
+
+    /// Evaluates a policy over `data` and programs the result; on failure
+    /// the last good lists stay programmed.
+    fn evaluate_with(&mut self, name: &str, data: &DataSet) {
+        let Some(state) = self.policies.get_mut(name) else {
+            return;
+        };
         state.evaluated_at = Some(now());
         let uid = state.uid.clone();
         let PolicyOutcome::Compiled {
@@ -395,8 +461,14 @@ impl Engine {
         else {
             return;
         };
-        match compiled.evaluate() {
+        match compiled.evaluate_with(data) {
             Ok(result) => {
+                let changed = evaluated.as_ref().map(|e| &e.behaviors) != Some(&result.behaviors);
+                if changed && !compiled.sources().is_empty() {
+                    // Data-driven lists changed: worth a line, with what
+                    // they are now.
+                    tracing::info!(policy = %name, lists = %summary(&result), cost = result.cost, "policy evaluated over fetched data: its lists changed");
+                }
                 *evaluated = Some(result);
                 *evaluate_error = None;
             }
@@ -770,13 +842,18 @@ impl Engine {
             }
         }
         if let PolicyOutcome::Compiled {
-            evaluate_error: Some(e),
+            evaluate_error,
             evaluated,
-            ..
+            compiled,
         } = &p.outcome
         {
-            if evaluated.is_none() {
-                missing.push(format!("evaluation failed: {e}"));
+            match (evaluated, evaluate_error) {
+                (None, Some(e)) => missing.push(format!("evaluation failed: {e}")),
+                (None, None) if p.awaiting_data => missing.push(format!(
+                    "evaluation pending: fetching {} data source(s)",
+                    compiled.sources().len()
+                )),
+                _ => {}
             }
         }
         let unresolved: Vec<UnresolvedPod> = matched
@@ -923,6 +1000,39 @@ impl Engine {
         }
         out
     }
+}
+
+/// A policy's evaluated lists in one bounded line (the first values of
+/// each list and how many more).
+fn summary(result: &EvaluationResult) -> String {
+    const SHOWN: usize = 8;
+    let list = |values: &[String]| {
+        let mut out = values
+            .iter()
+            .take(SHOWN)
+            .map(|v| bounded(v, 64))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if values.len() > SHOWN {
+            out.push_str(&format!(", … ({} in all)", values.len()));
+        }
+        format!("[{out}]")
+    };
+    result
+        .behaviors
+        .iter()
+        .map(|b| {
+            format!(
+                "behaviors[{}].{}: allow {} deny {}{}",
+                b.index,
+                b.kind,
+                list(&b.allow),
+                list(&b.deny),
+                if b.default_deny { " (default deny)" } else { "" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn now() -> Time {

@@ -4,6 +4,7 @@
 //! known policy and its namespace's labels; pinned state is reconciled once
 //! pods have listed too.
 
+use super::data::DataReady;
 use super::engine::Engine;
 use futures::stream::{select_all, BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -36,6 +37,8 @@ pub struct Watches {
     pub node: String,
     /// Told when policies have synced.
     pub health: Arc<Health>,
+    /// Policies' fetched data, handed to the engine as it arrives.
+    pub data: Option<tokio::sync::mpsc::UnboundedReceiver<DataReady>>,
 }
 
 // Boxed: a Pod is several times larger than the others, and every update
@@ -89,6 +92,7 @@ impl Watches {
             select_all([policies, namespaces]);
         let mut relists = Relists::default();
         let mut synced = Synced::default();
+        let mut data = self.data;
         tokio::pin!(stop);
         loop {
             let due = lock(&engine).next_due().map(tokio::time::Instant::from_std);
@@ -104,6 +108,7 @@ impl Watches {
                     Some(Ok(update)) => apply(&mut lock(&engine), &mut relists, &mut synced, update),
                 },
                 () = sleep_until(due), if due.is_some() => lock(&engine).evaluate_due(std::time::Instant::now()),
+                ready = next_data(&mut data) => lock(&engine).data_ready(ready),
             }
             if synced.policies && synced.namespaces && !synced.pod_watch_started {
                 synced.pod_watch_started = true;
@@ -119,6 +124,19 @@ impl Watches {
                 streams.push(pods);
             }
         }
+    }
+}
+
+/// The next fetched data, or never (no fetcher, or it is gone).
+async fn next_data(
+    rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<DataReady>>,
+) -> DataReady {
+    match rx {
+        Some(rx) => match rx.recv().await {
+            Some(ready) => ready,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 
