@@ -134,15 +134,23 @@ fn without_data_a_data_source_needs_live_data_and_is_not_an_error() {
     println!("{out}");
     assert!(ok, "{out}");
     assert!(out.contains("  data: resource.get(\"v1\", \"configmaps\", \"policy-data\", \"egress\"): needs live data\n"), "{out}");
-    assert!(out.contains("  data: http.get(\"https://lists.example/allow.json\"): needs live data\n"), "{out}");
+    assert!(
+        out.contains("  data: http.get(\"https://lists.example/allow.json\"): needs live data\n"),
+        "{out}"
+    );
     assert!(out.contains("  spec.behaviors[0].network.allow.expression: needs live data: http.get(\"https://lists.example/allow.json\")"), "{out}");
     assert!(
         out.contains("  spec.behaviors[1].exec\n    allow: (none)\n    deny:  /usr/bin/nc\n"),
         "{out}"
     );
-    assert!(out.contains("ok so far: needs live data to evaluate fully"), "{out}");
     assert!(
-        out.contains("1 policy checked, 0 with errors, 1 needing live data (supply it with --data FILE)"),
+        out.contains("ok so far: needs live data to evaluate fully"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "1 policy checked, 0 with errors, 1 needing live data (supply it with --data FILE)"
+        ),
         "{out}"
     );
 }
@@ -172,13 +180,22 @@ http:
     let (ok, out) = check_with(&[&file], &["--data", data.to_str().unwrap()]);
     println!("{out}");
     assert!(!ok, "example.org is refused (name resolution): {out}");
-    assert!(out.contains("  data: resource.get(\"v1\", \"configmaps\", \"policy-data\", \"egress\"): supplied\n"), "{out}");
     assert!(
-        out.contains("    allow: 10.1.0.0/16\n    deny:  10.0.0.0/8, 192.168.7.0/24, example.org\n"),
+        out.contains(
+            "  data: resource.get(\"v1\", \"configmaps\", \"policy-data\", \"egress\"): supplied\n"
+        ),
         "{out}"
     );
     assert!(
-        out.contains(r#"error: spec.behaviors[0].network.deny: domain "example.org" needs name resolution"#),
+        out.contains(
+            "    allow: 10.1.0.0/16\n    deny:  10.0.0.0/8, 192.168.7.0/24, example.org\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            r#"error: spec.behaviors[0].network.deny: domain "example.org" needs name resolution"#
+        ),
         "{out}"
     );
     // A failed fetch is an evaluation error with its field.

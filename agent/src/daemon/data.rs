@@ -74,7 +74,8 @@ pub struct DataReady {
 /// docs.
 pub struct Fetcher {
     client: kube::Client,
-    http: Option<HttpClient<hyper_rustls::HttpsConnector<HttpConnector<NoLinkLocal>>, Empty<Bytes>>>,
+    http:
+        Option<HttpClient<hyper_rustls::HttpsConnector<HttpConnector<NoLinkLocal>>, Empty<Bytes>>>,
     http_error: Option<String>,
     ready: mpsc::UnboundedSender<DataReady>,
     inflight: Mutex<HashMap<String, AbortHandle>>,
@@ -209,8 +210,8 @@ impl Fetcher {
                 "the response is larger than {MAX_BODY_BYTES} bytes"
             ));
         }
-        let json: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("the response is not JSON: {e}"))?;
+        let json: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| format!("the response is not JSON: {e}"))?;
         if list {
             let cont = json["metadata"]["continue"].as_str().unwrap_or_default();
             if !cont.is_empty() {
@@ -230,9 +231,14 @@ impl Fetcher {
                 .unwrap_or_else(|| "no HTTP client".into()));
         };
         let uri: hyper::Uri = url.parse().map_err(|e| format!("bad URL: {e}"))?;
-        if let Some(ip) = uri.host().and_then(|h| h.trim_matches(['[', ']']).parse::<IpAddr>().ok()) {
+        if let Some(ip) = uri
+            .host()
+            .and_then(|h| h.trim_matches(['[', ']']).parse::<IpAddr>().ok())
+        {
             if link_local(ip) {
-                return Err(format!("{ip} is link-local (cloud metadata endpoints are refused)"));
+                return Err(format!(
+                    "{ip} is link-local (cloud metadata endpoints are refused)"
+                ));
             }
         }
         let response = client
@@ -288,9 +294,10 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-fn https_client(
-) -> Result<HttpClient<hyper_rustls::HttpsConnector<HttpConnector<NoLinkLocal>>, Empty<Bytes>>, String>
-{
+fn https_client() -> Result<
+    HttpClient<hyper_rustls::HttpsConnector<HttpConnector<NoLinkLocal>>, Empty<Bytes>>,
+    String,
+> {
     let mut http = HttpConnector::new_with_resolver(NoLinkLocal(GaiResolver::new()));
     http.enforce_http(false);
     http.set_connect_timeout(Some(FETCH_TIMEOUT));
@@ -322,10 +329,7 @@ impl tower_service::Service<Name> for NoLinkLocal {
     fn call(&mut self, name: Name) -> Self::Future {
         let resolving = self.0.call(name);
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> = resolving
-                .await?
-                .filter(|a| !link_local(a.ip()))
-                .collect();
+            let addrs: Vec<SocketAddr> = resolving.await?.filter(|a| !link_local(a.ip())).collect();
             if addrs.is_empty() {
                 return Err(std::io::Error::other(
                     "no usable address (link-local addresses, the cloud metadata endpoints, are refused)",

@@ -1028,7 +1028,11 @@ fn summary(result: &EvaluationResult) -> String {
                 b.kind,
                 list(&b.allow),
                 list(&b.deny),
-                if b.default_deny { " (default deny)" } else { "" }
+                if b.default_deny {
+                    " (default deny)"
+                } else {
+                    ""
+                }
             )
         })
         .collect::<Vec<_>>()

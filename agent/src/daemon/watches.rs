@@ -128,9 +128,7 @@ impl Watches {
 }
 
 /// The next fetched data, or never (no fetcher, or it is gone).
-async fn next_data(
-    rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<DataReady>>,
-) -> DataReady {
+async fn next_data(rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<DataReady>>) -> DataReady {
     match rx {
         Some(rx) => match rx.recv().await {
             Some(ready) => ready,
