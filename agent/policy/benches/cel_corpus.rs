@@ -11,9 +11,15 @@
 //! guard (a contained panic costs a backtrace capture, which is not what is
 //! being measured). The
 //! per-case environment (declaring the case's variables) is built outside
-//! the timed loops on both sides. "compile" is parse + type-check (+ cel-go's
-//! planning of the program); "evaluate" is binding the variables and
-//! running the program.
+//! the timed loops on both sides. "compile" is parse + type-check + planning
+//! the program (cel-go's `Program`, our `cel::program::Program`); "evaluate"
+//! is binding the variables and running the program.
+//!
+//! Before and after, measured in the same run: the rows marked "before"
+//! time what the policy pipeline did before the evaluator existed (compile
+//! without planning; evaluate with the `cel` crate's own interpreter, the
+//! variables bound into a child `cel::Context`), the others what it does
+//! now (`cel::program`, library functions from the shared context).
 //!
 //! The Go oracle is `$KRT_CEL_ORACLE`, or built by `ci/cel-oracle build`
 //! (which needs Go and the module proxy, or a warm module cache); without
@@ -23,9 +29,9 @@
 #[path = "../tests/support/cel_harness.rs"]
 mod harness;
 
-use harness::{case_env, compile, eval, load_corpus, load_golden, Case};
-use kyverno_runtime_policy::cel::eval::{policy_context, EvalError};
-use kyverno_runtime_policy::cel::Env;
+use harness::{case_env, compile, eval, eval_cel_crate, load_corpus, load_golden, Case};
+use kyverno_runtime_policy::cel::eval::{policy_context, shared_policy_context, EvalError};
+use kyverno_runtime_policy::cel::{check, Env};
 use kyverno_runtime_policy::compile::CompiledPolicy;
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -63,7 +69,8 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(100);
     let base = Env::policy();
-    let ctx = policy_context();
+    let ctx = shared_policy_context();
+    let old_ctx = policy_context();
     let golden = load_golden();
 
     // The common set.
@@ -78,32 +85,58 @@ fn main() {
         let Ok(c) = compile(&env, &case) else {
             continue;
         };
-        if !go_checks || matches!(eval(&ctx, &c), Err(EvalError::Panicked)) {
+        if !go_checks
+            || matches!(eval(ctx, &c), Err(EvalError::Panicked))
+            || matches!(eval_cel_crate(&old_ctx, &c), Err(EvalError::Panicked))
+        {
             continue;
         }
         cases.push((case, env));
     }
     let n = cases.len();
 
-    let start = Instant::now();
+    // Interleaved, so that a load change on the shared machine hits both.
+    let (mut check_ns, mut compile_ns) = (0.0, 0.0);
     for _ in 0..iters {
+        let start = Instant::now();
+        for (case, env) in &cases {
+            let _ = black_box(check(&case.expr, env));
+        }
+        check_ns += start.elapsed().as_nanos() as f64;
+        let start = Instant::now();
         for (case, env) in &cases {
             let _ = black_box(compile(env, case));
         }
+        compile_ns += start.elapsed().as_nanos() as f64;
     }
-    let compile_ns = start.elapsed().as_nanos() as f64 / (iters * n) as f64;
+    let check_ns = check_ns / (iters * n) as f64;
+    let compile_ns = compile_ns / (iters * n) as f64;
 
     let compiled: Vec<_> = cases
         .iter()
         .filter_map(|(case, env)| compile(env, case).ok())
         .collect();
-    let start = Instant::now();
+    let (mut old_ns, mut eval_ns) = (0.0, 0.0);
     for _ in 0..iters {
+        let start = Instant::now();
         for c in &compiled {
-            let _ = black_box(eval(&ctx, c));
+            let _ = black_box(eval_cel_crate(&old_ctx, c));
         }
+        old_ns += start.elapsed().as_nanos() as f64;
+        let start = Instant::now();
+        for c in &compiled {
+            let _ = black_box(eval(ctx, c));
+        }
+        eval_ns += start.elapsed().as_nanos() as f64;
     }
-    let eval_ns = start.elapsed().as_nanos() as f64 / (iters * n) as f64;
+    let old_ns = old_ns / (iters * n) as f64;
+    let eval_ns = eval_ns / (iters * n) as f64;
+    if let Some(top) = std::env::var("KRT_BENCH_TOP")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+    {
+        slowest(&cases, &compiled, ctx, top, iters);
+    }
 
     println!("cel corpus benchmark: {n} expressions x {iters} iterations");
     let go = oracle().and_then(|bin| {
@@ -127,7 +160,7 @@ fn main() {
         serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()
     });
     println!(
-        "{:<10} {:>14} {:>14} {:>12}",
+        "{:<26} {:>14} {:>14} {:>12}",
         "phase", "rust ns/expr", "cel-go ns/expr", "rust/cel-go"
     );
     let go_num = |k: &str| {
@@ -136,12 +169,14 @@ fn main() {
             .and_then(serde_json::Value::as_f64)
     };
     for (phase, rust, key) in [
+        ("compile, before (no plan)", check_ns, "compile_ns_per_expr"),
         ("compile", compile_ns, "compile_ns_per_expr"),
+        ("evaluate, before (cel)", old_ns, "eval_ns_per_expr"),
         ("evaluate", eval_ns, "eval_ns_per_expr"),
     ] {
         match go_num(key) {
-            Some(g) => println!("{phase:<10} {rust:>14.0} {g:>14.0} {:>12.2}", rust / g),
-            None => println!("{phase:<10} {rust:>14.0} {:>14} {:>12}", "-", "-"),
+            Some(g) => println!("{phase:<26} {rust:>14.0} {g:>14.0} {:>12.2}", rust / g),
+            None => println!("{phase:<26} {rust:>14.0} {:>14} {:>12}", "-", "-"),
         }
     }
     policies(iters);
@@ -149,6 +184,41 @@ fn main() {
         if g.get("expressions").and_then(serde_json::Value::as_u64) != Some(n as u64) {
             println!("note: cel-go timed {} expressions", g["expressions"]);
         }
+    }
+}
+
+/// Prints the `top` cases the evaluator spends most time on (where to
+/// look first), with the `cel` crate's time beside each.
+fn slowest(
+    cases: &[(Case, Env)],
+    compiled: &[harness::Compiled],
+    ctx: &cel::Context<'_>,
+    top: usize,
+    iters: usize,
+) {
+    let old_ctx = policy_context();
+    let mut times: Vec<(f64, f64, &str)> = cases
+        .iter()
+        .zip(compiled)
+        .map(|((case, _), c)| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                let _ = black_box(eval(ctx, c));
+            }
+            let new = start.elapsed().as_nanos() as f64 / iters as f64;
+            let start = Instant::now();
+            for _ in 0..iters {
+                let _ = black_box(eval_cel_crate(&old_ctx, c));
+            }
+            let old = start.elapsed().as_nanos() as f64 / iters as f64;
+            (new, old, case.name.as_str())
+        })
+        .collect();
+    times.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let total: f64 = times.iter().map(|t| t.0).sum();
+    println!("slowest cases (evaluate ns, before ns), of {total:.0} ns in all:");
+    for (new, old, name) in times.iter().take(top) {
+        println!("  {new:>9.0} {old:>9.0}  {name}");
     }
 }
 
@@ -187,10 +257,9 @@ fn policies(iters: usize) {
     let Ok(compiled) = CompiledPolicy::compile(&spec) else {
         return eprintln!("cel_corpus: POLICY does not compile");
     };
-    let ctx = policy_context();
     let start = Instant::now();
     for _ in 0..iters {
-        let _ = black_box(compiled.evaluate_in(&ctx));
+        let _ = black_box(compiled.evaluate());
     }
     let eval_ns = start.elapsed().as_nanos() as f64 / iters as f64;
     println!("representative policy (rust): compile {compile_ns:.0} ns, evaluate {eval_ns:.0} ns");

@@ -10,10 +10,10 @@
 //! and every result too); `==` on lists and maps their size; `x in list`
 //! the list's length; concatenation its result's traversal. Functions that
 //! compare every element with every other are charged the product of their
-//! lists' lengths (`distinct()`, except on strings, ints and bools where it
-//! runs in linear time; `sets.contains`, `sets.equivalent`,
-//! `sets.intersects`), before the call, so a quadratic call on a large
-//! list is stopped rather than run.
+//! lists' lengths (`distinct()`, `sets.contains`, `sets.equivalent`,
+//! `sets.intersects`, except on strings and ints, where they run in linear
+//! time), before the call, so a quadratic call on a large list is stopped
+//! rather than run.
 //!
 //! At run time ([`super::program`]) each policy evaluation has
 //! [`super::eval::RUNTIME_COST_BUDGET`] units for all its variables and
@@ -56,9 +56,9 @@ pub(crate) enum Complexity {
 }
 
 /// How `name` (as the checker resolved it) grows when the library runs
-/// it. (`distinct` on strings, ints, uints and bools runs here in linear
-/// time and is not charged this; the estimate takes it to be linear, and
-/// the run-time charge stops the quadratic case.)
+/// it. (`distinct` and `sets.*` on strings and ints run here in linear
+/// time and are not charged this; the estimate takes them to be linear,
+/// and the run-time charge stops the quadratic case.)
 pub(crate) fn complexity(name: &str) -> Complexity {
     match name {
         "distinct" => Complexity::SelfQuadratic,
@@ -303,7 +303,7 @@ pub fn estimate(program: &Program, inputs: &Inputs<'_>) -> Estimate {
 pub fn refusal(cost: &Poly) -> Option<String> {
     if cost.superlinear() {
         return Some(format!(
-            "its estimated cost ({cost}, n the size of the fetched data) grows faster than the data: a loop over fetched data nested in another loop over it, or `in` or a quadratic function (sets.*) on fetched data inside such a loop; index the data once (a variable) or restructure the expression"
+            "its estimated cost ({cost}, n the size of the fetched data) grows faster than the data: a loop over fetched data nested in another loop over it, or `in` on fetched data inside such a loop; index the data once (a variable) or restructure the expression"
         ));
     }
     if cost.constant() > STATIC_COST_LIMIT {
@@ -458,20 +458,7 @@ impl Estimator<'_> {
             }
             Node::Builtin { f, args, .. } => {
                 let (cost, sizes) = self.args(args);
-                let name = match f {
-                    Builtin::Size => "size",
-                    Builtin::Contains => "contains",
-                    Builtin::StartsWith => "startsWith",
-                    Builtin::EndsWith => "endsWith",
-                    Builtin::Matches(_) => "matches",
-                    Builtin::Dyn => "dyn",
-                    Builtin::Type => "type",
-                    Builtin::ToString => "string",
-                    Builtin::ToBool => "bool",
-                    Builtin::ListsRange => "lists.range",
-                    Builtin::Sum => "sum",
-                    Builtin::Distinct => "distinct",
-                };
+                let name = f.name();
                 let range = match (f, args.first()) {
                     (Builtin::ListsRange, Some(Node::Const(Value::Int(k)))) => Some(*k),
                     _ => None,
@@ -505,7 +492,10 @@ impl Estimator<'_> {
             .fold(Poly::ZERO, |acc, s| acc.add(s.traversal(text(s))));
         let first = args.first().cloned().unwrap_or_else(Size::scalar);
         let work = match complexity(name) {
-            _ if name == "distinct" => traversal,
+            // Run here in linear time on strings and ints (distinct also
+            // on uints and bools); the quadratic library fallback is
+            // charged when it runs.
+            _ if name == "distinct" || name.starts_with("sets.") => traversal,
             Complexity::Linear => traversal,
             Complexity::SelfQuadratic => first.len.mul(first.len).add(traversal),
             Complexity::Product => {

@@ -257,6 +257,12 @@ pub fn evaluate(expr: &CheckedExpr, ctx: &Context<'_>) -> Result<Value, EvalErro
 /// The size of `v` in [`MAX_RESULT_UNITS`] units, counting stopped once
 /// past `limit` so a huge value costs no more than the limit to measure.
 pub(crate) fn units(v: &Value, limit: usize) -> usize {
+    match v {
+        Value::String(s) => return s.len() / 1024,
+        Value::Bytes(b) => return b.len() / 1024,
+        Value::List(_) | Value::Map(_) => {}
+        _ => return 0,
+    }
     let mut total = 0usize;
     let mut stack = vec![v];
     while let Some(v) = stack.pop() {

@@ -43,6 +43,7 @@ mod check;
 pub mod cost;
 pub mod decls;
 pub mod eval;
+mod library;
 pub mod program;
 mod render;
 pub mod types;

@@ -35,6 +35,7 @@
 use super::cost::{complexity, Complexity};
 use super::decls::Env;
 use super::eval::{units, EvalError, MAX_RANGE, MAX_RESULT_UNITS};
+use super::library::{self, Lib};
 use super::CheckedExpr;
 use ::cel::common::ast::{
     operators as op, CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue,
@@ -200,6 +201,36 @@ pub(crate) enum Builtin {
     /// `list.distinct()` in linear time for strings, ints, uints and
     /// bools (kube-cel's compares every pair).
     Distinct,
+    /// `s.find(re)`: the first match or `""`; the regex compiled once when
+    /// it is a literal (kube-cel compiles it at every call).
+    Find(Option<Arc<regex::Regex>>),
+    /// `s.findAll(re[, n])`: every match, or the first `n` (`n < 0`: all).
+    FindAll(Option<Arc<regex::Regex>>),
+    /// A library function implemented in [`super::library`].
+    Lib(Lib),
+}
+
+impl Builtin {
+    /// The function's name, as the cost model knows it.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Builtin::Size => "size",
+            Builtin::Contains => "contains",
+            Builtin::StartsWith => "startsWith",
+            Builtin::EndsWith => "endsWith",
+            Builtin::Matches(_) => "matches",
+            Builtin::Dyn => "dyn",
+            Builtin::Type => "type",
+            Builtin::ToString => "string",
+            Builtin::ToBool => "bool",
+            Builtin::ListsRange => "lists.range",
+            Builtin::Sum => "sum",
+            Builtin::Distinct => "distinct",
+            Builtin::Find(_) => "find",
+            Builtin::FindAll(_) => "findAll",
+            Builtin::Lib(l) => l.name(),
+        }
+    }
 }
 
 /// One node of a compiled expression.
@@ -259,6 +290,9 @@ pub(crate) enum Node {
 pub(crate) struct Delegated {
     pub(crate) name: String,
     pub(crate) method: bool,
+    /// Per argument (receiver first): bound by name (`false`: a literal
+    /// left in the expression, not evaluated here).
+    bind: Vec<bool>,
     expr: IdedExpr,
 }
 
@@ -335,7 +369,11 @@ impl Program {
             let mut frame = Frame {
                 names: &self.globals,
                 globals,
-                locals: vec![Ok(Value::Null); self.locals],
+                locals: if self.locals == 0 {
+                    Vec::new()
+                } else {
+                    vec![Ok(Value::Null); self.locals]
+                },
                 functions,
                 budget: &mut *budget,
             };
@@ -599,7 +637,7 @@ impl Builder<'_> {
                 let root_is_var = self.local(root).is_some() || self.env.variable(root).is_some();
                 if !root_is_var && (self.env.has_function(&full) || !is_method) {
                     let args: Vec<Node> = c.args.iter().map(|x| self.build(x)).collect();
-                    return self.function(&full, false, args, &c.args);
+                    return self.function(&full, false, args, c.args.iter().collect());
                 }
             }
         }
@@ -608,7 +646,13 @@ impl Builder<'_> {
             args.push(self.build(t));
         }
         args.extend(c.args.iter().map(|x| self.build(x)));
-        self.function(&c.func_name, c.target.is_some(), args, &c.args)
+        let written = c
+            .target
+            .as_deref()
+            .into_iter()
+            .chain(c.args.iter())
+            .collect();
+        self.function(&c.func_name, c.target.is_some(), args, written)
     }
 
     fn arith(&mut self, op: Arith, a: &[IdedExpr]) -> Node {
@@ -621,31 +665,32 @@ impl Builder<'_> {
 
     /// A function call: a builtin where there is one for this name and
     /// style, else a call through the `cel` context. `args` holds the
-    /// receiver first for a method; `source_args` are the arguments as
-    /// written (for a literal regex).
+    /// receiver first for a method; `written` the same as written (a
+    /// literal regex is compiled now, a literal argument of a library call
+    /// stays in its call expression).
     fn function(
         &mut self,
         name: &str,
         method: bool,
         args: Vec<Node>,
-        source_args: &[IdedExpr],
+        written: Vec<&IdedExpr>,
     ) -> Node {
         let n = args.len();
+        let literal_regex = |e: Option<&&IdedExpr>| match e.map(|e| &e.expr) {
+            Some(Expr::Literal(LiteralValue::String(s))) => {
+                regex::Regex::new(s.inner()).ok().map(Arc::new)
+            }
+            _ => None,
+        };
         let builtin = match (name, method, n) {
             ("size", _, 1) => Some(Builtin::Size),
             ("contains", true, 2) => Some(Builtin::Contains),
             ("startsWith", true, 2) => Some(Builtin::StartsWith),
             ("endsWith", true, 2) => Some(Builtin::EndsWith),
-            ("matches", _, 2) => {
-                // The pattern is the last argument in both call styles.
-                let pattern = source_args.last().and_then(|p| match &p.expr {
-                    Expr::Literal(LiteralValue::String(s)) => {
-                        regex::Regex::new(s.inner()).ok().map(Arc::new)
-                    }
-                    _ => None,
-                });
-                Some(Builtin::Matches(pattern))
-            }
+            // The pattern is the last argument in both call styles.
+            ("matches", _, 2) => Some(Builtin::Matches(literal_regex(written.last()))),
+            ("find", true, 2) => Some(Builtin::Find(literal_regex(written.get(1)))),
+            ("findAll", true, 2 | 3) => Some(Builtin::FindAll(literal_regex(written.get(1)))),
             ("dyn", false, 1) => Some(Builtin::Dyn),
             ("type", false, 1) => Some(Builtin::Type),
             ("string", false, 1) => Some(Builtin::ToString),
@@ -653,28 +698,48 @@ impl Builder<'_> {
             ("lists.range", false, 1) => Some(Builtin::ListsRange),
             ("sum", true, 1) => Some(Builtin::Sum),
             ("distinct", true, 1) => Some(Builtin::Distinct),
-            _ => None,
+            _ => Lib::of(name, method, n).map(Builtin::Lib),
         };
-        let delegated = |name: &str| {
+        // The call expression the context resolves: each argument a name
+        // the resolver answers, or, where `inline` allows, the literal as
+        // written (no binding, no conversion).
+        let delegated = |name: &str, inline: bool| {
             if n > ARGS.len() + usize::from(method) {
                 return None;
             }
-            let args: Vec<IdedExpr> = ARGS
-                .iter()
-                .take(n - usize::from(method))
-                .map(|a| ident(a))
-                .collect();
+            let mut bind = Vec::with_capacity(n);
+            let mut exprs = Vec::with_capacity(n);
+            let mut k = 0;
+            for (i, w) in written.iter().enumerate() {
+                if inline && matches!(w.expr, Expr::Literal(_)) {
+                    bind.push(false);
+                    exprs.push((*w).clone());
+                } else if method && i == 0 {
+                    bind.push(true);
+                    exprs.push(ident(THIS));
+                } else {
+                    bind.push(true);
+                    exprs.push(ident(ARGS[k]));
+                    k += 1;
+                }
+            }
+            let target = if method {
+                Some(Box::new(exprs.remove(0)))
+            } else {
+                None
+            };
             let expr = IdedExpr {
                 id: 0,
                 expr: Expr::Call(CallExpr {
                     func_name: name.to_string(),
-                    target: method.then(|| Box::new(ident(THIS))),
-                    args,
+                    target,
+                    args: exprs,
                 }),
             };
             Some(Box::new(Delegated {
                 name: name.to_string(),
                 method,
+                bind,
                 expr,
             }))
         };
@@ -682,9 +747,9 @@ impl Builder<'_> {
             Some(f) => Node::Builtin {
                 f,
                 args,
-                fallback: delegated(name),
+                fallback: delegated(name, false),
             },
-            None => match delegated(name) {
+            None => match delegated(name, true) {
                 Some(call) => Node::Call { call, args },
                 None => Node::Fail("a call with more than 8 arguments"),
             },
@@ -946,6 +1011,35 @@ impl Frame<'_, '_> {
             }
             Node::AccuAdd { slot, rhs } => {
                 self.charge(1)?;
+                // `accu + [x, ...]`, the macros' step: push the elements
+                // (charged as the list literal would be) without building
+                // the one-element list.
+                if let Node::List(xs) = &**rhs {
+                    self.charge(1 + 2 * xs.len() as u64)?;
+                    // The accumulator is out of its slot while the elements
+                    // are evaluated: they cannot name it (`@result` is not
+                    // a name a user can write).
+                    let accu = match self.locals.get_mut(*slot) {
+                        Some(accu) => std::mem::replace(accu, Ok(Value::Null))?,
+                        None => return Err(no_overload()),
+                    };
+                    return match accu {
+                        Value::List(mut l) => {
+                            let list = Arc::make_mut(&mut l);
+                            for x in xs {
+                                list.push(self.eval(x)?);
+                            }
+                            Ok(Value::List(l))
+                        }
+                        other => {
+                            let mut items = Vec::with_capacity(xs.len());
+                            for x in xs {
+                                items.push(self.eval(x)?);
+                            }
+                            (other + Value::List(Arc::new(items))).map_err(Stop::Error)
+                        }
+                    };
+                }
                 let r = self.eval(rhs)?;
                 let l = match self.locals.get_mut(*slot) {
                     Some(accu) => std::mem::replace(accu, Ok(Value::Null))?,
@@ -1047,9 +1141,14 @@ impl Frame<'_, '_> {
             }
             Node::Call { call, args } => {
                 self.charge(1)?;
-                let mut vals = Vec::with_capacity(args.len());
-                for a in args {
-                    vals.push(self.eval(a)?);
+                let mut vals = Vec::new();
+                for (a, bind) in args.iter().zip(&call.bind) {
+                    if *bind {
+                        vals.push(self.eval(a)?);
+                    } else if let Node::Const(v) = a {
+                        // Charged as if evaluated (for its traversal).
+                        self.charge(traversal(v))?;
+                    }
                 }
                 let cost: u64 = vals.iter().map(traversal).sum();
                 self.charge(cost)?;
@@ -1087,16 +1186,23 @@ impl Frame<'_, '_> {
         result.map_err(Stop::Error)
     }
 
+    /// Calls a library function; `vals` are the bound arguments, the
+    /// receiver first when it is bound.
     fn delegate(&mut self, call: &Delegated, mut vals: Vec<Value>) -> Eval {
-        let this = if call.method && !vals.is_empty() {
-            Some(vals.remove(0))
+        let result = if vals.is_empty() {
+            Value::resolve(&call.expr, self.functions)
         } else {
-            None
-        };
-        let bound = Bound { this, args: vals };
-        let mut scope = self.functions.new_inner_scope();
-        scope.set_variable_resolver(&bound);
-        let result = Value::resolve(&call.expr, &scope).map_err(Stop::Error)?;
+            let this = if call.method && call.bind.first() == Some(&true) {
+                Some(vals.remove(0))
+            } else {
+                None
+            };
+            let bound = Bound { this, args: vals };
+            let mut scope = self.functions.new_inner_scope();
+            scope.set_variable_resolver(&bound);
+            Value::resolve(&call.expr, &scope)
+        }
+        .map_err(Stop::Error)?;
         self.charge(traversal(&result))?;
         Ok(result)
     }
@@ -1211,6 +1317,42 @@ fn builtin(f: &Builtin, args: &[Value]) -> Option<Result<Value, ExecutionError>>
             };
             Some(Ok(Value::Bool(re.is_match(s))))
         }
+        Builtin::Find(compiled) | Builtin::FindAll(compiled) => {
+            let s = string(0)?;
+            let name = if matches!(f, Builtin::Find(_)) {
+                "find"
+            } else {
+                "findAll"
+            };
+            let re = match compiled {
+                Some(re) => re.clone(),
+                None => match regex::Regex::new(string(1)?) {
+                    Ok(re) => Arc::new(re),
+                    Err(e) => {
+                        return Some(Err(ExecutionError::function_error(
+                            name,
+                            format!("invalid regex: {e}"),
+                        )))
+                    }
+                },
+            };
+            if matches!(f, Builtin::Find(_)) {
+                let found = re.find(s).map(|m| m.as_str()).unwrap_or_default();
+                return Some(Ok(Value::String(Arc::new(found.to_string()))));
+            }
+            let limit = match args.get(2) {
+                None => usize::MAX,
+                Some(Value::Int(n)) => usize::try_from(*n).unwrap_or(usize::MAX),
+                Some(_) => return None,
+            };
+            let all = re
+                .find_iter(s)
+                .take(limit)
+                .map(|m| Value::String(Arc::new(m.as_str().to_string())))
+                .collect();
+            Some(Ok(Value::List(Arc::new(all))))
+        }
+        Builtin::Lib(l) => library::call(*l, args),
         Builtin::Dyn => Some(Ok(args.first()?.clone())),
         Builtin::Type => Some(Ok(type_of(args.first()?))),
         Builtin::ToString => match args.first()? {
