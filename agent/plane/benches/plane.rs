@@ -121,7 +121,10 @@ fn policy(i: usize) -> MonitorPolicy {
     )
 }
 
-fn plane() -> (Vec<Arc<dyn Stage>>, Vec<Arc<dyn Sink>>, Arc<Count>) {
+/// The stages, the sinks and the counting sink of a benchmarked plane.
+type Built = (Vec<Arc<dyn Stage>>, Vec<Arc<dyn Sink>>, Arc<Count>);
+
+fn plane() -> Built {
     let index = Arc::new(Index::new(None, "/proc", None));
     for p in 0..PODS {
         index.upsert(PodRef {

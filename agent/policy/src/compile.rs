@@ -94,7 +94,7 @@ pub enum EvaluateError {
         /// The expression's field.
         path: String,
         /// The call.
-        call: DataSource,
+        call: Box<DataSource>,
     },
     /// Fetching a data source an expression reads failed.
     #[error("{path}: {call} failed: {error}")]
@@ -102,7 +102,7 @@ pub enum EvaluateError {
         /// The expression's field.
         path: String,
         /// The call.
-        call: DataSource,
+        call: Box<DataSource>,
         /// Why.
         error: String,
     },
@@ -202,6 +202,16 @@ pub struct EvaluatedBehavior {
 pub struct EvaluationResult {
     /// Every behavior, in spec order.
     pub behaviors: Vec<EvaluatedBehavior>,
+}
+
+/// An evaluation that kept what did evaluate
+/// ([`CompiledPolicy::evaluate_partial`]).
+#[derive(Clone, Debug)]
+pub struct Partial {
+    /// The behaviors whose rules evaluated.
+    pub result: EvaluationResult,
+    /// The failures of the others, each with its field.
+    pub errors: Vec<EvaluateError>,
     /// The cost units the evaluation spent.
     pub cost: u64,
 }
@@ -756,23 +766,32 @@ impl CompiledPolicy {
         data: &DataSet,
         budget: u64,
     ) -> Result<EvaluationResult, Vec<EvaluateError>> {
-        let (result, errors) = self.evaluate_partial(ctx, data, budget);
-        if errors.is_empty() {
-            Ok(result)
+        let p = self.evaluate_partial(ctx, data, budget);
+        if p.errors.is_empty() {
+            Ok(p.result)
         } else {
-            Err(errors)
+            Err(p.errors)
         }
+    }
+
+    /// [`CompiledPolicy::evaluate_with`], and the cost units it spent.
+    pub fn evaluate_costed(
+        &self,
+        data: &DataSet,
+    ) -> (Result<EvaluationResult, Vec<EvaluateError>>, u64) {
+        let p = self.evaluate_partial(shared_policy_context(), data, RUNTIME_COST_BUDGET);
+        let result = if p.errors.is_empty() {
+            Ok(p.result)
+        } else {
+            Err(p.errors)
+        };
+        (result, p.cost)
     }
 
     /// [`CompiledPolicy::evaluate_full`], keeping what did evaluate: the
     /// behaviors whose rules evaluated, and the failures of the others
     /// (what `policy check` shows when some data is missing).
-    pub fn evaluate_partial(
-        &self,
-        ctx: &Context<'_>,
-        data: &DataSet,
-        budget: u64,
-    ) -> (EvaluationResult, Vec<EvaluateError>) {
+    pub fn evaluate_partial(&self, ctx: &Context<'_>, data: &DataSet, budget: u64) -> Partial {
         let run = Evaluation {
             policy: self,
             ctx,
@@ -820,7 +839,11 @@ impl CompiledPolicy {
             });
         }
         let cost = run.budget.borrow().spent();
-        (EvaluationResult { behaviors, cost }, errors)
+        Partial {
+            result: EvaluationResult { behaviors },
+            errors,
+            cost,
+        }
     }
 }
 
@@ -894,13 +917,13 @@ impl Evaluation<'_, '_> {
                     None => {
                         return Err(EvaluateError::NeedsData {
                             path: path.to_string(),
-                            call: source.clone(),
+                            call: Box::new(source.clone()),
                         })
                     }
                     Some(Err(error)) => {
                         return Err(EvaluateError::Data {
                             path: path.to_string(),
-                            call: source.clone(),
+                            call: Box::new(source.clone()),
                             error: error.clone(),
                         })
                     }

@@ -159,8 +159,8 @@ fn check_document(value: serde_yaml::Value, data: &DataSet) -> (String, Outcome)
         };
         let _ = writeln!(out, "  data: {source}: {state}");
     }
-    let (result, errors) =
-        compiled.evaluate_partial(shared_policy_context(), data, RUNTIME_COST_BUDGET);
+    let partial = compiled.evaluate_partial(shared_policy_context(), data, RUNTIME_COST_BUDGET);
+    let (result, errors) = (partial.result, partial.errors);
     let mut refused = false;
     for e in &errors {
         if e.needs_data() {

@@ -461,13 +461,14 @@ impl Engine {
         else {
             return;
         };
-        match compiled.evaluate_with(data) {
+        let (evaluation, cost) = compiled.evaluate_costed(data);
+        match evaluation {
             Ok(result) => {
                 let changed = evaluated.as_ref().map(|e| &e.behaviors) != Some(&result.behaviors);
                 if changed && !compiled.sources().is_empty() {
                     // Data-driven lists changed: worth a line, with what
                     // they are now.
-                    tracing::info!(policy = %name, lists = %summary(&result), cost = result.cost, "policy evaluated over fetched data: its lists changed");
+                    tracing::info!(policy = %name, lists = %summary(&result), cost, "policy evaluated over fetched data: its lists changed");
                 }
                 *evaluated = Some(result);
                 *evaluate_error = None;
@@ -1173,6 +1174,25 @@ mod tests {
         finished.status = serde_json::from_value(serde_json::json!({"phase": "Succeeded"})).ok();
         e.apply_pod(&finished);
         assert_eq!(report(&reports, "p").shard.pods_matched, Some(false));
+    }
+
+    #[test]
+    fn a_policy_reading_data_with_nothing_to_fetch_it_says_it_needs_live_data() {
+        let (mut e, reports, _dir) = engine();
+        e.apply_policy(&policy(
+            "p",
+            1,
+            serde_json::json!({"mode": "monitor", "evaluationInterval": "30s",
+            "behaviors": [{"network": {"deny": {"expression":
+                "resource.get('v1', 'configmaps', 'd', 'c').data.hosts.split(',')"}}}]}),
+        ));
+        let r = report(&reports, "p");
+        let message = r.shard.message.unwrap_or_default();
+        assert!(
+            message.contains("evaluation failed: spec.behaviors[0].network.deny.expression: needs live data: resource.get(\"v1\", \"configmaps\", \"d\", \"c\")"),
+            "{message}"
+        );
+        assert_eq!(r.shard.observation_available, Some(false));
     }
 
     #[test]

@@ -97,10 +97,10 @@ impl Truncation {
     }
 
     fn bits(self) -> u32 {
-        u32::from(self.argv) * ARGV_TRUNCATED
-            | u32::from(self.arg) * ARG_TRUNCATED
-            | u32::from(self.argv_unreadable) * ARGV_UNREADABLE
-            | u32::from(self.filename) * FILENAME_TRUNCATED
+        (u32::from(self.argv) * ARGV_TRUNCATED)
+            | (u32::from(self.arg) * ARG_TRUNCATED)
+            | (u32::from(self.argv_unreadable) * ARGV_UNREADABLE)
+            | (u32::from(self.filename) * FILENAME_TRUNCATED)
     }
 
     /// Whether anything is missing.

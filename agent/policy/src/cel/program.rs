@@ -1081,7 +1081,7 @@ impl Frame<'_, '_> {
                 match &c {
                     Value::List(items) => {
                         self.charge(items.len() as u64)?;
-                        Ok(Value::Bool(items.iter().any(|i| *i == x)))
+                        Ok(Value::Bool(items.contains(&x)))
                     }
                     Value::Map(m) => match &x {
                         Value::Float(_) => Ok(Value::Bool(map_get(m, &x).is_some())),
