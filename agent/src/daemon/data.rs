@@ -9,8 +9,9 @@
 //! number of sources per policy is bounded when it compiles), and sends a
 //! [`DataReady`] into the watch loop, which hands it to
 //! `Engine::data_ready` to evaluate and program. A newer request for the
-//! same policy (a spec change, the next interval) aborts the older one, and
-//! the engine ignores an answer that is not for its latest request.
+//! same policy (after a spec change) aborts the older one, and the engine
+//! ignores an answer that is not for its latest request; an interval that
+//! comes round while a fetch is under way waits for it.
 //!
 //! `resource.*` go through the daemon's own kube client and credentials
 //! (its RBAC: the chart's `rbac.extraRules`), as raw GETs on the path the

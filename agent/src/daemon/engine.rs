@@ -414,6 +414,15 @@ impl Engine {
         };
         let sources = compiled.sources().to_vec();
         if let (false, Some(fetcher)) = (sources.is_empty(), &self.fetcher) {
+            if state.awaiting_data {
+                // The interval came round while the last fetch is still
+                // under way (each is bounded by FETCH_TIMEOUT): let it
+                // finish rather than restart it, which, with an interval
+                // shorter than a slow source, would never evaluate. A spec
+                // change starts a fresh state, and so a fresh fetch.
+                tracing::debug!(policy = %name, "data sources still being fetched");
+                return;
+            }
             state.data_epoch += 1;
             state.awaiting_data = true;
             fetcher.request(DataRequest {
