@@ -748,7 +748,7 @@ fn yaml(policy: &RuntimePolicy) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::cli::policy::check_document;
+    use crate::cli::policy::check_clean;
 
     fn workload() -> Workload {
         Workload {
@@ -802,7 +802,7 @@ mod tests {
         let mut out = String::new();
         for doc in serde_yaml::Deserializer::from_str(yaml) {
             let value = serde_yaml::Value::deserialize(doc).unwrap();
-            let (text, ok) = check_document(value);
+            let (text, ok) = check_clean(value);
             assert!(ok, "{text}\n{yaml}");
             out.push_str(&text);
         }

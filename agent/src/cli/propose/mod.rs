@@ -304,7 +304,7 @@ fn self_check(yaml: &str) -> anyhow::Result<()> {
     use serde::Deserialize as _;
     for doc in serde_yaml::Deserializer::from_str(yaml) {
         let value = serde_yaml::Value::deserialize(doc).context("the proposal is not YAML")?;
-        let (report, ok) = super::policy::check_document(value);
+        let (report, ok) = super::policy::check_clean(value);
         if !ok {
             bail!("the proposed policy does not check:\n{report}");
         }
