@@ -350,3 +350,190 @@ fn a_network_deny_on_the_host_reaches_the_report_an_event_and_the_collector() {
     drop(listener);
     drop(open);
 }
+
+/// Data sources all the way to the kernel: an enforce policy's network
+/// deny list is a ConfigMap's (`resource.get`) plus a loopback server's
+/// (`http.get`). The destinations they name are dropped from the pod's
+/// cgroup; when both change, with no change to the policy, the next
+/// `evaluationInterval` moves the drops to the new destinations.
+#[test]
+fn a_deny_list_from_a_configmap_and_an_http_server_follows_them_into_the_kernel() {
+    const NODE: &str = "host-data-node";
+    const NS: &str = "host-data";
+    let cluster = cluster();
+    let dir = tempdir();
+    let bpffs = dir.path().join("bpffs");
+    std::fs::create_dir_all(&bpffs).unwrap();
+    assert!(Command::new("mount")
+        .args(["-t", "bpf", "bpf"])
+        .arg(&bpffs)
+        .status()
+        .unwrap()
+        .success());
+
+    // Four destinations; the data names two of them at a time.
+    let listeners: Vec<std::net::TcpListener> = (3..=6)
+        .map(|i| std::net::TcpListener::bind(format!("127.0.0.{i}:0")).unwrap())
+        .collect();
+    let addr = |i: usize| listeners[i - 3].local_addr().unwrap().to_string();
+
+    namespace(cluster, NS, "team: data");
+    let configmap = |cidrs: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: deny-list\n  namespace: {NS}\ndata:\n  cidrs: \"{cidrs}\"\n")
+    };
+    apply(cluster, &configmap("127.0.0.3/32"));
+    let server = ListServer::start(r#"{"cidrs": ["127.0.0.5/32"]}"#);
+    apply(
+        cluster,
+        &format!(
+            r#"apiVersion: runtime.nirmata.io/v1alpha1
+kind: RuntimePolicy
+metadata:
+  name: host-data-net
+spec:
+  mode: enforce
+  evaluationInterval: 2s
+  podSelector: {{matchLabels: {{app: host-data}}}}
+  behaviors:
+  - network:
+      deny:
+        expression: "resource.get('v1', 'configmaps', '{NS}', 'deny-list').data.cidrs.split(',') + http.get('http://{}/cidrs').body.cidrs.map(c, string(c))"
+"#,
+            server.addr
+        ),
+    );
+    let _ = cluster.kubectl_output(&[
+        "delete",
+        "pod",
+        "data-web",
+        "-n",
+        NS,
+        "--grace-period=0",
+        "--force",
+    ]);
+    let id = "6d".repeat(32);
+    apply(
+        cluster,
+        &format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: data-web\n  namespace: {NS}\n  labels: {{app: host-data}}\nspec:\n  nodeName: {NODE}\n  containers:\n  - name: main\n    image: busybox\n"),
+    );
+    let uid = get_json(cluster, &["pod", "data-web", "-n", NS]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let root = cgroup2_root();
+    let pod_dir = root.join(format!("kubepods/besteffort/pod{uid}"));
+    let container = pod_dir.join(&id);
+    let mut created = Vec::new();
+    for d in [
+        root.join("kubepods"),
+        root.join("kubepods/besteffort"),
+        pod_dir.clone(),
+        container.clone(),
+    ] {
+        if !d.exists() {
+            std::fs::create_dir(&d).unwrap();
+            created.push(d);
+        }
+    }
+    let _cleanup = Cleanup {
+        cgroup_dirs: created,
+        bpffs: bpffs.clone(),
+    };
+    let status = serde_json::json!({"status": {"phase": "Running", "qosClass": "BestEffort",
+        "containerStatuses": [{"name": "main", "ready": true, "restartCount": 0, "image": "busybox",
+            "imageID": "busybox@sha256:0", "containerID": format!("containerd://{id}"), "state": {"running": {}}}]}});
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "pod",
+            "data-web",
+            "-n",
+            NS,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ])
+        .unwrap();
+    for i in 3..=6 {
+        assert!(
+            connects_from(&container, &addr(i)),
+            "{} reachable before the daemon runs",
+            addr(i)
+        );
+    }
+
+    let pins = bpffs.join("kyverno-runtime");
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            "",
+            "--status-interval",
+            "1s",
+            "--pin-dir",
+            pins.to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", NODE),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_log("pods on this node listed", Duration::from_secs(30));
+    // What connects from the pod: true for each of .3, .4, .5, .6.
+    let reachable = |container: &Path| -> Vec<bool> {
+        (3..=6)
+            .map(|i| connects_from(container, &addr(i)))
+            .collect()
+    };
+    let first = wait_for(
+        "the ConfigMap's and the server's destinations dropped",
+        Duration::from_secs(30),
+        || {
+            let r = reachable(&container);
+            (r == [false, true, false, true]).then_some(r)
+        },
+    );
+    println!("from the ConfigMap 127.0.0.3/32 and the server 127.0.0.5/32: reachable .3 .4 .5 .6 = {first:?}");
+
+    // Both sources change; the policy does not.
+    let changed = std::time::Instant::now();
+    apply(cluster, &configmap("127.0.0.4/32"));
+    server.serve(r#"{"cidrs": ["127.0.0.6/32"]}"#);
+    let second = wait_for(
+        "the drops to follow the data",
+        Duration::from_secs(20),
+        || {
+            let r = reachable(&container);
+            (r == [true, false, true, false]).then_some(r)
+        },
+    );
+    println!(
+        "{:?} after the change, from the ConfigMap 127.0.0.4/32 and the server 127.0.0.6/32: reachable .3 .4 .5 .6 = {second:?}",
+        changed.elapsed()
+    );
+    let rp = get_json(cluster, &["rpol", "host-data-net"]).unwrap();
+    let s = rp["status"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["nodeName"] == NODE)
+        .cloned()
+        .unwrap();
+    assert_eq!(s["podsMatched"], true, "{s}");
+    println!("shard: {s}");
+
+    let (status, _, _) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success());
+    cluster
+        .kubectl_ok(&["delete", "rpol", "host-data-net"])
+        .unwrap();
+    let _ = cluster.kubectl_output(&[
+        "delete",
+        "pod",
+        "data-web",
+        "-n",
+        NS,
+        "--grace-period=0",
+        "--force",
+    ]);
+}

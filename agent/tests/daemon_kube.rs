@@ -227,3 +227,147 @@ fn a_failing_component_shuts_the_daemon_down() {
             .unwrap()
     );
 }
+
+/// Waits for a log line after the first `skip` lines that contains every
+/// needle, and returns it.
+fn wait_line(daemon: &mut Daemon, skip: usize, needles: &[&str], timeout: Duration) -> String {
+    wait_for(&format!("a log line with {needles:?}"), timeout, || {
+        daemon
+            .log()
+            .into_iter()
+            .skip(skip)
+            .find(|l| needles.iter().all(|n| l.contains(n)))
+    })
+}
+
+/// `resource.get` against the API server (a ConfigMap) and `http.get`
+/// against a loopback server, fetched before each evaluation: a change to
+/// either changes the policy's evaluated lists at the next
+/// `evaluationInterval`, without a spec change (the engine logs the lists
+/// whenever data changes them); a failed fetch is an evaluation error
+/// naming the field, and the last good lists stay. That the kernel follows
+/// is `daemon_host_egress.rs`'s data-source test.
+#[test]
+fn data_sources_change_the_lists_at_the_next_evaluation_interval() {
+    let cluster = cluster();
+    let node = "data-node";
+    namespace(cluster, "policy-data", "purpose: data");
+    let configmap = |hosts: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: egress-deny\n  namespace: policy-data\ndata:\n  hosts: \"{hosts}\"\n"
+        )
+    };
+    apply(cluster, &configmap("blocked-a.example"));
+    let server = ListServer::start(r#"{"paths": ["/usr/bin/tool-a"]}"#);
+    let url = format!("http://{}/paths", server.addr);
+    apply(
+        cluster,
+        &format!(
+            r#"apiVersion: runtime.nirmata.io/v1alpha1
+kind: RuntimePolicy
+metadata:
+  name: data-driven
+spec:
+  mode: monitor
+  evaluationInterval: 2s
+  behaviors:
+  - network:
+      deny:
+        values: ["10.0.0.0/8"]
+        expression: "resource.get('v1', 'configmaps', 'policy-data', 'egress-deny').data.hosts.split(',')"
+  - exec:
+      deny:
+        expression: "http.get('{url}').body.paths.map(p, string(p))"
+"#
+        ),
+    );
+    let dir = tempdir();
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            "",
+            "--status-interval",
+            "1s",
+            "--pin-dir",
+            dir.path().join("pins").to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", node),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    // First evaluation: the lists come from the ConfigMap and the server.
+    let first = wait_line(
+        &mut daemon,
+        0,
+        &[
+            "policy=data-driven",
+            "its lists changed",
+            "blocked-a.example",
+            "/usr/bin/tool-a",
+        ],
+        Duration::from_secs(30),
+    );
+    println!("{first}");
+    assert!(
+        first.contains("deny [10.0.0.0/8, blocked-a.example]"),
+        "{first}"
+    );
+
+    // Change both sources; no spec change: the next interval picks it up.
+    let mark = daemon.log().len();
+    let changed_at = std::time::Instant::now();
+    apply(cluster, &configmap("blocked-b.example,blocked-c.example"));
+    server.serve(r#"{"paths": ["/usr/bin/tool-b"]}"#);
+    let second = wait_line(
+        &mut daemon,
+        mark,
+        &[
+            "policy=data-driven",
+            "its lists changed",
+            "blocked-b.example",
+            "/usr/bin/tool-b",
+        ],
+        Duration::from_secs(15),
+    );
+    println!("after {:?}: {second}", changed_at.elapsed());
+    assert!(
+        second.contains("deny [10.0.0.0/8, blocked-b.example, blocked-c.example]"),
+        "{second}"
+    );
+    assert!(!second.contains("blocked-a.example"), "{second}");
+
+    // A failing source: an evaluation error naming the field and the call,
+    // and the last good lists stay (no new lists).
+    let mark = daemon.log().len();
+    server.fail();
+    let failed = wait_line(
+        &mut daemon,
+        mark,
+        &[
+            "policy evaluation failed",
+            "spec.behaviors[1].exec.deny.expression: http.get(",
+            "failed: request failed",
+        ],
+        Duration::from_secs(15),
+    );
+    println!("{failed}");
+    std::thread::sleep(Duration::from_secs(3));
+    let after: Vec<String> = daemon.log().into_iter().skip(mark).collect();
+    assert!(
+        !after
+            .iter()
+            .any(|l| l.contains("policy=data-driven") && l.contains("its lists changed")),
+        "the lists changed while a source was failing:\n{}",
+        after.join("\n")
+    );
+
+    let (status, _, _) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success());
+    cluster
+        .kubectl_ok(&["delete", "rpol", "data-driven"])
+        .unwrap();
+    cluster
+        .kubectl_ok(&["delete", "ns", "policy-data", "--wait=false"])
+        .unwrap();
+}

@@ -21,44 +21,36 @@
 //! `daemon_vm [demo|restart]` on the host; `daemon_vm guest MODE` inside.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod vmnode;
+
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::DeleteParams;
 use kyverno_runtime_api::openreports::Report;
 use kyverno_runtime_api::runtimepolicy::RuntimePolicy;
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use vmnode::{run_child, wait_until, Daemon, Guest, Outcome, DAEMONSET, NODE, PINS, SYSTEM_NS};
 
-const NODE: &str = "vm-6-12-bpf";
-const SYSTEM_NS: &str = "kyverno-runtime";
-const DAEMONSET: &str = "kyverno-runtime";
 const APP_NS: &str = "demo";
-const PINS: &str = "/sys/fs/bpf/kyverno-runtime";
 const FORBIDDEN: &str = "/usr/local/bin/forbidden";
 const OTHER: &str = "/usr/local/bin/other";
 /// A program the exec-monitor example reports, with its arguments.
 const TOOL: &str = "/usr/local/bin/tool";
-const GUEST_KUBECONFIG: &str = "/etc/kyverno-runtime/kubeconfig";
 /// A monitor policy watches egress to this address; the workload connects.
 const WATCHED: &str = "127.0.0.2";
 const WATCHED_PORT: u16 = 8080;
 /// An enforce policy of the restart check denies egress to this address.
 const DENIED_NET: &str = "127.0.0.4";
 
-const CHILD_OK: u8 = 0;
-const CHILD_REFUSED: u8 = 13;
-const CHILD_ERROR: u8 = 2;
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("guest") => guest(args.get(1).map_or("restart", String::as_str)),
-        Some("child") => child(&args[1..]),
+        Some("child") => vmnode::child(&args[1..]),
         Some(mode @ ("demo" | "restart")) => host(mode),
         None => host("restart"),
         // libtest-style flags (`cargo test` passes some): run the default.
@@ -73,36 +65,9 @@ fn main() -> ExitCode {
 // ================================================================ host
 
 fn host(mode: &str) -> ExitCode {
-    let cluster =
-        kyverno_runtime_testkube::LocalCluster::get().expect("local control plane (ci/kube-up)");
-    let daemon_bin = PathBuf::from(env!("CARGO_BIN_EXE_kyverno-runtime"));
-    // The CRDs from the chart, and the example policies, as an operator
-    // would apply them.
+    let cluster = vmnode::apply_crds();
+    // The example policies, as an operator would apply them.
     let repo = kyverno_runtime_testkube::repo_root();
-    for dir in [
-        "charts/kyverno-runtime/crds",
-        "charts/kyverno-runtime/files/openreports",
-    ] {
-        let dir = repo.join(dir);
-        cluster
-            .kubectl_ok(&[
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "-f",
-                dir.to_str().unwrap(),
-            ])
-            .unwrap();
-    }
-    cluster
-        .kubectl_ok(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/runtimepolicies.runtime.nirmata.io",
-            "crd/reports.openreports.io",
-        ])
-        .unwrap();
 
     // Left by an interrupted restart check: not part of the demo.
     cluster
@@ -129,83 +94,9 @@ fn host(mode: &str) -> ExitCode {
                 .unwrap()
         );
     }
-
-    // The guest's kubeconfig: the admin one, pointed at the forward.
-    let mut config: serde_json::Value = serde_json::from_str(
-        &cluster
-            .kubectl_ok(&["config", "view", "--raw", "-o", "json"])
-            .unwrap(),
-    )
-    .unwrap();
-    let server = config["clusters"][0]["cluster"]["server"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let port: u16 = server
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .trim_end_matches('/')
-        .parse()
-        .unwrap();
-    config["clusters"][0]["cluster"]["server"] =
-        format!("https://{}:{port}", vmtest::FORWARD_ADDR).into();
-    let work = tempfile::tempdir().unwrap();
-    let kubeconfig = work.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, config.to_string()).unwrap();
-
-    // Stripped copies keep the initramfs (and so the boot) small.
-    let bins = work.path().join("bin");
-    std::fs::create_dir_all(&bins).unwrap();
-    let strip = |from: &Path, name: &str| {
-        let to = bins.join(name);
-        let ok = Command::new("strip")
-            .arg("--strip-debug")
-            .arg(from)
-            .arg("-o")
-            .arg(&to)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "strip {}", from.display());
-        to
-    };
-    let me = strip(&std::env::current_exe().unwrap(), "daemon_vm");
-    let daemon = strip(&daemon_bin, "kyverno-runtime");
-
-    let cache = vmtest::Cache::from_env().unwrap();
-    let kernel = vmtest::resolve_kernel(vmtest::KernelSeries::V6_12, &cache).unwrap();
-    let mut spec = vmtest::VmSpec::new(
-        kernel,
-        vmtest::LsmMode::Bpf,
-        vec!["daemon_vm".into(), "guest".into(), mode.into()],
-    );
-    spec.binaries = vec![me, daemon];
-    spec.files = vec![(kubeconfig, PathBuf::from(GUEST_KUBECONFIG))];
-    spec.env = vec![
-        ("KUBECONFIG".into(), GUEST_KUBECONFIG.into()),
-        (
-            "KRT_VERBOSE".into(),
-            std::env::var("KRT_VERBOSE").unwrap_or_default(),
-        ),
-    ];
-    spec.host_forwards = vec![vmtest::HostForward::new(port, port)];
-    spec.memory_mib = 1024;
-    spec.timeout = Duration::from_secs(900);
-    println!(
-        "booting {} (lsm=bpf) as node {NODE}, API server {server} forwarded to {}:{port}",
-        spec.kernel.version,
-        vmtest::FORWARD_ADDR
-    );
-    let outcome = vmtest::run(&spec).unwrap();
-    print!("{}", outcome.output);
-    if outcome.exit_code != 0 {
-        eprintln!(
-            "guest exited {} after {:?}; console:\n{}",
-            outcome.exit_code, outcome.duration, outcome.console
-        );
+    if !vmnode::boot_node(cluster, &["guest", mode]) {
         return ExitCode::FAILURE;
     }
-    println!("guest finished in {:.1}s", outcome.duration.as_secs_f64());
     if mode == "demo" {
         println!("\n$ kubectl get rpol");
         print!("{}", cluster.kubectl_ok(&["get", "rpol"]).unwrap());
@@ -276,146 +167,7 @@ fn host(mode: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-// ================================================================ child
-
-/// `child <cgroup.procs> exec <path>` / `child <cgroup.procs> connect
-/// <ip:port>`: joins the cgroup, does the operation, exits 0, 13 (EPERM)
-/// or 2.
-fn child(args: &[String]) -> ExitCode {
-    let [procs, op, target] = args else {
-        return ExitCode::from(CHILD_ERROR);
-    };
-    if let Err(e) = std::fs::write(procs, std::process::id().to_string()) {
-        eprintln!("child: joining {procs}: {e}");
-        return ExitCode::from(CHILD_ERROR);
-    }
-    let result = match op.as_str() {
-        // A busybox copy run as `true`.
-        "exec" => Command::new(target).arg0("true").status().and_then(|s| {
-            if s.success() {
-                Ok(())
-            } else {
-                Err(std::io::Error::other("the program failed"))
-            }
-        }),
-        // `run "<path> <args>..."`: a busybox copy run as `true` with
-        // these arguments (the exec tracer records them).
-        "run" => {
-            let mut words = target.split(' ');
-            let path = words.next().unwrap_or_default();
-            Command::new(path)
-                .arg0("true")
-                .args(words)
-                .status()
-                .and_then(|s| {
-                    if s.success() {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::other("the program failed"))
-                    }
-                })
-        }
-        // A dropped SYN is retried, not reported, so a bounded wait that
-        // times out counts as refused (the target listens on loopback: in
-        // this guest nothing else can make it time out).
-        "connect" => target
-            .parse()
-            .map_err(std::io::Error::other)
-            .and_then(|addr| std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)))
-            .map(drop)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::TimedOut {
-                    std::io::Error::from_raw_os_error(1)
-                } else {
-                    e
-                }
-            }),
-        // An ssh client's first bytes: the classifier names the flow `ssh`.
-        "ssh" => std::net::TcpStream::connect(target.as_str()).and_then(|mut s| {
-            use std::io::Write;
-            s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n")
-        }),
-        // One DNS question (type A) for `target` to the loopback resolver.
-        "dns" => std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| {
-            let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
-            for label in target.split('.') {
-                q.push(u8::try_from(label.len()).unwrap_or(63));
-                q.extend_from_slice(label.as_bytes());
-            }
-            q.extend_from_slice(&[0, 0, 1, 0, 1]);
-            s.send_to(&q, ("127.0.0.1", 53)).map(drop)
-        }),
-        _ => Err(std::io::Error::other("unknown op")),
-    };
-    match result {
-        Ok(()) => ExitCode::from(CHILD_OK),
-        Err(e) if e.raw_os_error() == Some(1) => ExitCode::from(CHILD_REFUSED),
-        Err(e) => {
-            eprintln!("child: {op} {target}: {e}");
-            ExitCode::from(CHILD_ERROR)
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Done,
-    Refused,
-}
-
-fn run_child(procs: &Path, op: &str, target: &str) -> Outcome {
-    let status = Command::new("/bin/daemon_vm")
-        .args(["child", procs.to_str().unwrap(), op, target])
-        .status()
-        .unwrap();
-    match status.code() {
-        Some(0) => Outcome::Done,
-        Some(13) => Outcome::Refused,
-        other => panic!("child {op} {target} failed ({other:?})"),
-    }
-}
-
 // ================================================================ guest
-
-struct Guest {
-    rt: tokio::runtime::Runtime,
-    client: kube::Client,
-}
-
-impl Guest {
-    fn ssa<K>(&self, api: &Api<K>, name: &str, value: serde_json::Value) -> K
-    where
-        K: kube::Resource
-            + Clone
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-    {
-        self.rt
-            .block_on(api.patch(
-                name,
-                &PatchParams::apply("daemon-vm").force(),
-                &Patch::Apply(value),
-            ))
-            .unwrap_or_else(|e| panic!("applying {name}: {e}"))
-    }
-
-    fn all<K>(&self) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        Api::all(self.client.clone())
-    }
-
-    fn ns<K>(&self, ns: &str) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        Api::namespaced(self.client.clone(), ns)
-    }
-}
 
 impl Guest {
     /// Deletes the workload pod and its Report a previous run left (the
@@ -446,97 +198,6 @@ impl Guest {
     }
 }
 
-/// The daemon as a child, its stderr collected (and echoed with
-/// KRT_VERBOSE).
-struct Daemon {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        let mut child = Command::new("/bin/kyverno-runtime")
-            .args([
-                "daemon",
-                "--metrics-addr",
-                "127.0.0.1:9090",
-                "--status-interval",
-                "2s",
-                "--drain-interval",
-                "2s",
-                "--report-interval",
-                "2s",
-                "--events-enabled=true",
-                "--pin-dir",
-                PINS,
-            ])
-            .env("NODE_NAME", NODE)
-            .env("POD_NAMESPACE", SYSTEM_NS)
-            .env("DAEMONSET_NAME", DAEMONSET)
-            .env("KRT_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let sink = log.clone();
-        let verbose = std::env::var("KRT_VERBOSE").is_ok_and(|v| !v.is_empty());
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if verbose {
-                    eprintln!("daemon| {line}");
-                }
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Daemon { child, log }
-    }
-
-    fn has(&self, needle: &str) -> bool {
-        self.log.lock().unwrap().iter().any(|l| l.contains(needle))
-    }
-
-    fn wait_log(&mut self, needle: &str, timeout: Duration) {
-        let start = Instant::now();
-        while !self.has(needle) {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                panic!(
-                    "daemon exited ({s}) before {needle:?}:\n{}",
-                    self.log.lock().unwrap().join("\n")
-                );
-            }
-            assert!(
-                start.elapsed() < timeout,
-                "no {needle:?} after {timeout:?}:\n{}",
-                self.log.lock().unwrap().join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn terminate(mut self) -> (Duration, Vec<String>) {
-        let start = Instant::now();
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
-        let status = self.child.wait().unwrap();
-        let took = start.elapsed();
-        std::thread::sleep(Duration::from_millis(200));
-        let log = self.log.lock().unwrap().clone();
-        assert!(
-            status.success(),
-            "daemon exit {status}:\n{}",
-            log.join("\n")
-        );
-        (took, log)
-    }
-}
-
 /// The daemon's event-plane series, for a failure message.
 fn metrics_of_interest() -> String {
     use std::io::{Read, Write};
@@ -557,29 +218,8 @@ fn metrics_of_interest() -> String {
         .join("\n")
 }
 
-fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
 fn guest(mode: &str) -> ExitCode {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let client = rt
-        .block_on(kube::Client::try_default())
-        .expect("a client from KUBECONFIG");
-    let g = Guest { rt, client };
+    let g = Guest::connect();
     let started = Instant::now();
 
     // Exec targets: copies of the static busybox.
@@ -600,31 +240,8 @@ fn guest(mode: &str) -> ExitCode {
     g.remove_leftovers();
 
     // The cluster objects a kubelet and the controllers would write.
-    g.ssa(
-        &g.all::<Node>(),
-        NODE,
-        serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
-    );
-    for (ns, labels) in [
-        (SYSTEM_NS, serde_json::json!({})),
-        (APP_NS, serde_json::json!({"team": "payments"})),
-    ] {
-        g.ssa(&g.all::<Namespace>(), ns, serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}));
-        g.ssa(&g.ns::<ServiceAccount>(ns), "default", serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}));
-    }
-    let ds = g.ssa(&g.ns::<DaemonSet>(SYSTEM_NS), DAEMONSET, serde_json::json!({
-        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": DAEMONSET},
-        "spec": {"selector": {"matchLabels": {"app": "kyverno-runtime"}},
-                 "template": {"metadata": {"labels": {"app": "kyverno-runtime"}},
-                              "spec": {"containers": [{"name": "daemon", "image": "kyverno-runtime"}]}}}}));
-    let ds_uid = ds.metadata.uid.clone().unwrap();
-    g.rt.block_on(g.ns::<DaemonSet>(SYSTEM_NS).patch_status(DAEMONSET, &PatchParams::default(), &Patch::Merge(serde_json::json!({
-        "status": {"desiredNumberScheduled": 1, "currentNumberScheduled": 1, "numberMisscheduled": 0, "numberReady": 1, "observedGeneration": ds.metadata.generation}})))).unwrap();
-    g.ssa(&g.ns::<Pod>(SYSTEM_NS), "kyverno-runtime-vm", serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "kyverno-runtime-vm", "labels": {"app": "kyverno-runtime"},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": DAEMONSET, "uid": ds_uid, "controller": true}]},
-        "spec": {"nodeName": NODE, "containers": [{"name": "daemon", "image": "kyverno-runtime"}]}}));
+    g.register_node();
+    g.namespace(APP_NS, serde_json::json!({"team": "payments"}));
 
     // The example policies are applied by the host half; the restart check
     // adds one that it deletes while no daemon runs.
@@ -659,25 +276,13 @@ fn guest(mode: &str) -> ExitCode {
 
     // The workload pod: its object, then its container cgroup (cgroupfs
     // driver, containerd), then the status a kubelet writes.
-    let pods = g.ns::<Pod>(APP_NS);
-    let pod = g.ssa(
-        &pods,
+    let procs = g.run_pod(
+        APP_NS,
         "web",
-        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "web", "labels": {"app": "web"}},
-        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "busybox"}]}}),
+        serde_json::json!({"labels": {"app": "web"}}),
+        &"4d3c2b1a".repeat(8),
     );
-    let uid = pod.metadata.uid.clone().unwrap();
-    let container = "4d3c2b1a".repeat(8);
-    let cgroup = PathBuf::from(format!(
-        "/sys/fs/cgroup/kubepods/besteffort/pod{uid}/{container}"
-    ));
-    std::fs::create_dir_all(&cgroup).unwrap();
-    let procs = cgroup.join("cgroup.procs");
-    g.rt.block_on(pods.patch_status("web", &PatchParams::default(), &Patch::Merge(serde_json::json!({"status": {
-        "phase": "Running", "qosClass": "BestEffort",
-        "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "busybox", "imageID": "busybox@sha256:0",
-                               "containerID": format!("containerd://{container}"), "state": {"running": {}}}]}})))).unwrap();
+    let cgroup = procs.parent().unwrap().to_path_buf();
     println!(
         "[{:>5.1}s] pod {APP_NS}/web running in {}",
         started.elapsed().as_secs_f64(),

@@ -104,3 +104,161 @@ spec:
     );
     assert!(out.contains("3 policies checked, 3 with errors"), "{out}");
 }
+
+fn check_with(files: &[&Path], extra: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kyverno-runtime"))
+        .args(["policy", "check"])
+        .args(extra)
+        .args(files)
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8(out.stdout).unwrap())
+}
+
+const DATA_POLICY: &str = r#"apiVersion: runtime.nirmata.io/v1alpha1
+kind: RuntimePolicy
+metadata: {name: data-driven}
+spec:
+  evaluationInterval: 1m
+  behaviors:
+  - network:
+      deny:
+        values: ["10.0.0.0/8"]
+        expression: "resource.get('v1', 'configmaps', 'policy-data', 'egress').data.deny.split(',')"
+      allow:
+        expression: "http.get('https://lists.example/allow.json').body.cidrs.map(c, string(c))"
+  - exec: {deny: {values: ["/usr/bin/nc"]}}
+"#;
+
+/// Without data, a policy reading data sources is not refused: the lists
+/// that need no data are shown, and what needs live data is named.
+#[test]
+fn without_data_a_data_source_needs_live_data_and_is_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data.yaml");
+    std::fs::write(&file, DATA_POLICY).unwrap();
+    let (ok, out) = check(&[&file]);
+    println!("{out}");
+    assert!(ok, "{out}");
+    assert!(out.contains("  data: resource.get(\"v1\", \"configmaps\", \"policy-data\", \"egress\"): needs live data\n"), "{out}");
+    assert!(
+        out.contains("  data: http.get(\"https://lists.example/allow.json\"): needs live data\n"),
+        "{out}"
+    );
+    assert!(out.contains("  spec.behaviors[0].network.allow.expression: needs live data: http.get(\"https://lists.example/allow.json\")"), "{out}");
+    assert!(
+        out.contains("  spec.behaviors[1].exec\n    allow: (none)\n    deny:  /usr/bin/nc\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ok so far: needs live data to evaluate fully"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "1 policy checked, 0 with errors, 1 needing live data (supply it with --data FILE)"
+        ),
+        "{out}"
+    );
+}
+
+/// With `--data`, the policy is evaluated over the supplied results, and
+/// their values are parsed like any others.
+#[test]
+fn with_data_the_lists_come_from_the_data_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data.yaml");
+    std::fs::write(&file, DATA_POLICY).unwrap();
+    let data = dir.path().join("sources.yaml");
+    std::fs::write(
+        &data,
+        r#"resources:
+  - apiVersion: v1
+    resource: configmaps
+    namespace: policy-data
+    name: egress
+    object: {data: {deny: "192.168.7.0/24,example.org,10.0.0.300"}}
+http:
+  - url: https://lists.example/allow.json
+    body: {cidrs: ["10.1.0.0/16"]}
+"#,
+    )
+    .unwrap();
+    let (ok, out) = check_with(&[&file], &["--data", data.to_str().unwrap()]);
+    println!("{out}");
+    assert!(!ok, "10.0.0.300 is refused: {out}");
+    assert!(
+        out.contains(
+            "  data: resource.get(\"v1\", \"configmaps\", \"policy-data\", \"egress\"): supplied\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "    allow: 10.1.0.0/16\n    deny:  10.0.0.0/8, 192.168.7.0/24, example.org, 10.0.0.300\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(r#"error: spec.behaviors[0].network.deny: "10.0.0.300""#),
+        "{out}"
+    );
+    // A failed fetch is an evaluation error with its field.
+    std::fs::write(
+        &data,
+        r#"resources:
+  - {apiVersion: v1, resource: configmaps, namespace: policy-data, name: egress, object: {data: {deny: "192.168.7.0/24"}}}
+http:
+  - {url: "https://lists.example/allow.json", error: "connection refused"}
+"#,
+    )
+    .unwrap();
+    let (ok, out) = check_with(&[&file], &["--data", data.to_str().unwrap()]);
+    println!("{out}");
+    assert!(!ok, "{out}");
+    assert!(out.contains("  error: spec.behaviors[0].network.allow.expression: http.get(\"https://lists.example/allow.json\") failed: connection refused"), "{out}");
+}
+
+/// The checker's and the cost model's refusals, with their messages.
+#[test]
+fn data_source_and_cost_refusals_are_errors_with_their_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("refused.yaml");
+    std::fs::write(
+        &file,
+        r#"apiVersion: runtime.nirmata.io/v1alpha1
+kind: RuntimePolicy
+metadata: {name: per-element-fetch}
+spec:
+  variables:
+  - {name: names, expression: "['a', 'b']"}
+  behaviors:
+  - open: {deny: {expression: "variables.names.map(n, string(resource.get('v1', 'configmaps', 'd', n).data.path))"}}
+---
+apiVersion: runtime.nirmata.io/v1alpha1
+kind: RuntimePolicy
+metadata: {name: quadratic}
+spec:
+  variables:
+  - {name: ips, expression: "http.get('https://lists.example/ips.json').body.map(x, string(x))"}
+  behaviors:
+  - network: {deny: {expression: "variables.ips.filter(ip, variables.ips.exists(o, o != ip && o.startsWith(ip)))"}}
+---
+apiVersion: runtime.nirmata.io/v1alpha1
+kind: RuntimePolicy
+metadata: {name: dyn-body}
+spec:
+  behaviors:
+  - network: {deny: {expression: "http.get('https://lists.example/ips.json').body"}}
+"#,
+    )
+    .unwrap();
+    let (ok, out) = check(&[&file]);
+    println!("{out}");
+    assert!(!ok);
+    assert!(out.contains("policy per-element-fetch (mode monitor)\n  error: spec.behaviors[0].open.deny.expression: resource.get: argument 4 (`n`) is not known before evaluation: it uses the macro variable n"), "{out}");
+    assert!(out.contains("policy quadratic (mode monitor)\n  error: spec.behaviors[0].network.deny.expression: its estimated cost ("), "{out}");
+    assert!(out.contains("grows faster than the data"), "{out}");
+    assert!(out.contains("policy dyn-body (mode monitor)\n  error: spec.behaviors[0].network.deny.expression: expression has type dyn; a behavior expression must be list(string): coerce with .map(x, string(x))"), "{out}");
+    assert!(out.contains("3 policies checked, 3 with errors"), "{out}");
+}

@@ -262,9 +262,9 @@ impl DnsKernel for KernelDns {
         let link = self.observer.attach(path)?;
         if link.cgroup_id() != cgroup {
             // The path names another cgroup (recreated, or stale): the
-            // link goes again, or the wrong cgroup would be observed.
+            // link goes again (dropped on return, which detaches it), or
+            // the wrong cgroup would be observed.
             let found = link.cgroup_id();
-            drop(link);
             return Err(DnsError::Cgroup {
                 path: path.to_owned(),
                 errno: None,

@@ -1209,6 +1209,8 @@ fn restart_no_stale(env: &Env) -> Result<(), String> {
         masks.default_deny == [0, 0],
         format!("a default deny survived: {masks:?} ({report})"),
     );
+    // Closes the maps before the pins go (a stub build's handle holds none).
+    #[allow(clippy::drop_non_drop)]
     drop(raw);
     OpenExec::remove_pins(pins).map_err(|e| e.to_string())?;
     // A bpffs inode (and the link it holds) is freed after an RCU grace

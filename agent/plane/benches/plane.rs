@@ -121,7 +121,10 @@ fn policy(i: usize) -> MonitorPolicy {
     )
 }
 
-fn plane() -> (Vec<Arc<dyn Stage>>, Vec<Arc<dyn Sink>>, Arc<Count>) {
+/// The stages, the sinks, and the findings counter of a loaded plane.
+type Plane = (Vec<Arc<dyn Stage>>, Vec<Arc<dyn Sink>>, Arc<Count>);
+
+fn plane() -> Plane {
     let index = Arc::new(Index::new(None, "/proc", None));
     for p in 0..PODS {
         index.upsert(PodRef {

@@ -14,6 +14,9 @@
 //! - [`attribution`]: the pod index, a stage.
 //! - [`monitor`]: the matcher of policies, a sink; [`matchers`] and
 //!   [`filter`] are its parts.
+//! - [`record`]: events as JSON lines, written down and read back (what
+//!   `kyverno-runtime policy test` feeds through attribution and the
+//!   monitor).
 
 pub mod attribution;
 pub mod collector;
@@ -21,6 +24,7 @@ pub mod event;
 pub mod filter;
 pub mod matchers;
 pub mod monitor;
+pub mod record;
 pub mod sources;
 
 pub use attribution::Index;

@@ -3,25 +3,28 @@
 //!
 //! [`CompiledPolicy::compile`] type-checks every expression once (variables
 //! in order and `list(string)`, each behavior's allow and deny expressions
-//! `list(string)`, each monitorFilter expression `bool`) and compiles the
-//! selector pair, so a malformed policy is a compile failure naming every
-//! offending field rather than an error each re-evaluation retries.
-//! [`CompiledPolicy::evaluate`] runs the behavior expressions, evaluating a
-//! variable only when an expression reaches it and at most once per
-//! evaluation, unions each rule's literal values with its expression's
-//! result, and reads a lone `"*"` in deny as the default-deny sentinel.
+//! `list(string)`, each monitorFilter expression `bool`), finds the data
+//! sources they read and computes their arguments ([`crate::sources`]),
+//! compiles each expression into a [`Program`] and estimates its cost
+//! ([`crate::cel::cost`]), and compiles the selector pair, so a malformed
+//! policy is a compile failure naming every offending field rather than an
+//! error each re-evaluation retries.
 //!
-//! Not here yet: `resource.get`/`resource.list`/`http.get` have no run-time
-//! binding (an expression using them checks but fails to evaluate until the
-//! data-source prefetch exists), and evaluation is bounded by nesting depth
-//! (the checker's), `lists.range` ([`crate::cel::eval::MAX_RANGE`]) and result
-//! size ([`crate::cel::eval::MAX_RESULT_UNITS`]), not by a cost model: the
-//! `cel` crate's map and filter cost the square of their range, so a large
-//! list from a data source is still slow to transform.
+//! [`CompiledPolicy::evaluate_with`] runs the behavior expressions over the
+//! data fetched for it, evaluating a variable only when an expression
+//! reaches it and at most once per evaluation, all within one cost budget
+//! ([`RUNTIME_COST_BUDGET`]); unions each rule's literal values with its
+//! expression's result; and reads a lone `"*"` in deny as the default-deny
+//! sentinel. Besides the budget, evaluation is bounded by nesting depth
+//! (the checker's), `lists.range` ([`crate::cel::eval::MAX_RANGE`]) and
+//! result size ([`crate::cel::eval::MAX_RESULT_UNITS`]).
 
-use crate::cel::eval::{evaluate, policy_context, EvalError};
-use crate::cel::{check_for, CheckError, CheckedExpr, Env, Purpose};
+use crate::cel::cost::{self, Inputs, Size};
+use crate::cel::eval::{shared_policy_context, EvalError, RUNTIME_COST_BUDGET};
+use crate::cel::program::{Budget, Program};
+use crate::cel::{check_for, CheckError, CheckedExpr, Env, Purpose, Type};
 use crate::selector::{PodTarget, SelectorError};
+use crate::sources::{self, DataSet, DataSource, SourceUses, MAX_SOURCES};
 use crate::values::{check_star, BehaviorKind, FieldPath, RuleSide, ValueError, STAR};
 use ::cel::common::ast::{EntryExpr, Expr, IdedExpr};
 use ::cel::objects::{Key, Map};
@@ -53,6 +56,25 @@ pub enum CompileError {
         /// Why.
         message: &'static str,
     },
+    /// A data-source call whose arguments cannot be known before the
+    /// expression runs, or name no usable source; or too many sources.
+    #[error("{path}: {message}")]
+    DataSource {
+        /// The expression's field.
+        path: String,
+        /// What is wrong, naming the call and argument.
+        message: String,
+    },
+    /// An expression whose estimated cost is refused ([`cost::refusal`]).
+    #[error("{path}: {message} (in `{expr}`)")]
+    Cost {
+        /// The expression's field.
+        path: String,
+        /// The estimate and why it is refused.
+        message: String,
+        /// The expression, shortened.
+        expr: String,
+    },
 }
 
 /// Why an evaluation failed, per field.
@@ -66,6 +88,24 @@ pub enum EvaluateError {
         /// What failed.
         error: EvalError,
     },
+    /// An expression reads a data source for which no data was supplied.
+    #[error("{path}: needs live data: {call} (fetched by the daemon before each evaluation; `policy check --data FILE` supplies it offline)")]
+    NeedsData {
+        /// The expression's field.
+        path: String,
+        /// The call.
+        call: Box<DataSource>,
+    },
+    /// Fetching a data source an expression reads failed.
+    #[error("{path}: {call} failed: {error}")]
+    Data {
+        /// The expression's field.
+        path: String,
+        /// The call.
+        call: Box<DataSource>,
+        /// Why.
+        error: String,
+    },
     /// An expression returned something other than a list of strings
     /// (only reachable through a checker bug; reported, not trusted).
     #[error("{path}: the result is not a list of strings")]
@@ -78,13 +118,28 @@ pub enum EvaluateError {
     Star(#[from] ValueError),
 }
 
+impl EvaluateError {
+    /// Whether this is only missing data (not a fault of the policy).
+    pub fn needs_data(&self) -> bool {
+        matches!(self, EvaluateError::NeedsData { .. })
+    }
+}
+
+/// An expression compiled: checked, its program, what it reads.
+#[derive(Clone, Debug)]
+struct CompiledExpr {
+    program: Program,
+    /// The variables it names (`variables.<name>`).
+    uses: BTreeSet<String>,
+    /// The estimated cost, in `n` (fetched data size).
+    cost: cost::Poly,
+}
+
 /// One allow or deny rule: literal values and an optional expression.
 #[derive(Clone, Debug)]
 struct CompiledRule {
     literals: Vec<String>,
-    expression: Option<CheckedExpr>,
-    /// The variables the expression names (`variables.<name>`).
-    uses: BTreeSet<String>,
+    expression: Option<CompiledExpr>,
 }
 
 #[derive(Clone, Debug)]
@@ -98,8 +153,7 @@ struct CompiledBehavior {
 #[derive(Clone, Debug)]
 struct CompiledVariable {
     name: String,
-    expr: CheckedExpr,
-    uses: BTreeSet<String>,
+    expr: CompiledExpr,
 }
 
 /// A compiled monitorFilter predicate.
@@ -124,6 +178,7 @@ pub struct CompiledPolicy {
     pub monitor_filter: Vec<CompiledFilter>,
     variables: Vec<CompiledVariable>,
     behaviors: Vec<CompiledBehavior>,
+    sources: SourceUses,
 }
 
 /// One behavior's evaluated lists.
@@ -148,6 +203,26 @@ pub struct EvaluationResult {
     /// Every behavior, in spec order.
     pub behaviors: Vec<EvaluatedBehavior>,
 }
+
+/// An evaluation that kept what did evaluate
+/// ([`CompiledPolicy::evaluate_partial`]).
+#[derive(Clone, Debug)]
+pub struct Partial {
+    /// The behaviors whose rules evaluated.
+    pub result: EvaluationResult,
+    /// The failures of the others, each with its field.
+    pub errors: Vec<EvaluateError>,
+    /// The cost units the evaluation spent.
+    pub cost: u64,
+}
+
+/// The global a data source's result is bound to.
+fn data_global(i: usize) -> String {
+    format!("@data{i}")
+}
+
+/// Budget for computing data-source arguments while compiling.
+const ARGUMENT_BUDGET: u64 = 100_000;
 
 fn behavior_kind(b: &PolicyBehavior) -> Option<(BehaviorKind, RuleParts, RuleParts)> {
     fn parts<'a>(
@@ -246,6 +321,201 @@ fn variables_used(e: &IdedExpr, out: &mut BTreeSet<String>) {
     }
 }
 
+/// The state of one compile: errors so far, the sources found, and what
+/// the variables compiled so far are.
+struct Compiler<'a> {
+    env: &'a Env,
+    errors: Vec<CompileError>,
+    sources: SourceUses,
+    variables: Vec<CompiledVariable>,
+    /// The variables that read a data source (directly or through another).
+    reads_data: BTreeSet<String>,
+    /// Their estimated result sizes.
+    sizes: HashMap<String, Size>,
+    /// Values of data-free variables, computed for data-source arguments.
+    values: HashMap<String, Result<Value, String>>,
+}
+
+impl Compiler<'_> {
+    /// Compiles one checked expression at `path`: its data-source calls,
+    /// program and cost estimate. `None` (errors recorded) if any part is
+    /// refused.
+    fn expression(&mut self, checked: CheckedExpr, path: &str) -> Option<(CompiledExpr, Size)> {
+        let mut uses = BTreeSet::new();
+        variables_used(&checked.ast, &mut uses);
+        let mut substitutions = HashMap::new();
+        let mut ok = true;
+        for call in sources::calls(&checked.ast) {
+            match self.call_source(&call) {
+                Ok(source) => {
+                    let i = match self.sources.sources.iter().position(|s| *s == source) {
+                        Some(i) => i,
+                        None => {
+                            self.sources.sources.push(source);
+                            self.sources.sources.len() - 1
+                        }
+                    };
+                    let paths = self.sources.paths.entry(i).or_default();
+                    if !paths.iter().any(|p| p == path) {
+                        paths.push(path.to_string());
+                    }
+                    substitutions.insert(call.id, data_global(i));
+                }
+                Err(message) => {
+                    self.errors.push(CompileError::DataSource {
+                        path: path.to_string(),
+                        message,
+                    });
+                    ok = false;
+                }
+            }
+        }
+        if !ok {
+            return None;
+        }
+        let program = Program::new(&checked, self.env, &substitutions);
+        let estimate = cost::estimate(
+            &program,
+            &Inputs {
+                variables: &self.sizes,
+            },
+        );
+        if let Some(message) = cost::refusal(&estimate.cost) {
+            self.errors.push(CompileError::Cost {
+                path: path.to_string(),
+                message,
+                expr: checked.source.chars().take(120).collect(),
+            });
+            return None;
+        }
+        Some((
+            CompiledExpr {
+                program,
+                uses,
+                cost: estimate.cost,
+            },
+            estimate.size,
+        ))
+    }
+
+    /// The source a call names, its arguments computed; or why it cannot
+    /// be known before evaluation.
+    fn call_source(&mut self, call: &sources::Call<'_>) -> Result<DataSource, String> {
+        let mut args = Vec::with_capacity(call.args.len());
+        for (i, arg) in call.args.iter().enumerate() {
+            let what = || {
+                format!(
+                    "{}: argument {} (`{}`)",
+                    call.function,
+                    i + 1,
+                    crate::cel::render_expr(arg)
+                )
+            };
+            let rule = "a data source's arguments must be known before the expression runs: literals, expressions over literals, or variables that read no data source";
+            if let Some(why) = sources::not_constant(arg, &call.locals) {
+                return Err(format!(
+                    "{} is not known before evaluation: {why}; {rule}",
+                    what()
+                ));
+            }
+            let mut used = BTreeSet::new();
+            variables_used(arg, &mut used);
+            if let Some(v) = used.iter().find(|v| self.reads_data.contains(*v)) {
+                return Err(format!(
+                    "{} is not known before evaluation: it reads variables.{v}, which reads a data source; {rule}",
+                    what()
+                ));
+            }
+            if let Some(s) = sources::literal_string(arg) {
+                args.push(s.to_string());
+                continue;
+            }
+            match self.constant(arg, &used) {
+                Ok(Value::String(s)) => args.push(s.to_string()),
+                Ok(other) => {
+                    return Err(format!(
+                        "{} is {}, not a string",
+                        what(),
+                        crate::cel::eval::type_name(&other)
+                    ))
+                }
+                Err(e) => return Err(format!("{} could not be computed: {e}", what())),
+            }
+        }
+        sources::source(call.function, &args).map_err(|e| format!("{}: {e}", call.function))
+    }
+
+    /// Evaluates a data-free argument now.
+    fn constant(&mut self, arg: &IdedExpr, uses: &BTreeSet<String>) -> Result<Value, String> {
+        let checked = CheckedExpr {
+            source: String::new(),
+            ast: arg.clone(),
+            ty: Type::String,
+        };
+        let program = Program::new(&checked, self.env, &HashMap::new());
+        let mut vars = HashMap::new();
+        for name in uses {
+            vars.insert(Key::String(Arc::new(name.clone())), self.value_of(name)?);
+        }
+        let globals: Vec<Option<Value>> = program
+            .globals()
+            .iter()
+            .map(|g| {
+                (g == "variables").then(|| {
+                    Value::Map(Map {
+                        map: Arc::new(vars.clone()),
+                    })
+                })
+            })
+            .collect();
+        program
+            .run(
+                &globals,
+                shared_policy_context(),
+                &mut Budget::new(ARGUMENT_BUDGET),
+            )
+            .map_err(|e| e.to_string())
+    }
+
+    /// The value of a data-free variable compiled so far.
+    fn value_of(&mut self, name: &str) -> Result<Value, String> {
+        if let Some(v) = self.values.get(name) {
+            return v.clone();
+        }
+        let Some(var) = self.variables.iter().find(|v| v.name == name).cloned() else {
+            return Err(format!("variables.{name} is not available"));
+        };
+        let mut vars = HashMap::new();
+        for used in &var.expr.uses {
+            vars.insert(Key::String(Arc::new(used.clone())), self.value_of(used)?);
+        }
+        let globals: Vec<Option<Value>> = var
+            .expr
+            .program
+            .globals()
+            .iter()
+            .map(|g| {
+                (g == "variables").then(|| {
+                    Value::Map(Map {
+                        map: Arc::new(vars.clone()),
+                    })
+                })
+            })
+            .collect();
+        let v = var
+            .expr
+            .program
+            .run(
+                &globals,
+                shared_policy_context(),
+                &mut Budget::new(ARGUMENT_BUDGET),
+            )
+            .map_err(|e| format!("variables.{name}: {e}"));
+        self.values.insert(name.to_string(), v.clone());
+        v
+    }
+}
+
 impl CompiledPolicy {
     /// Compiles `spec` in [`Env::policy`], returning every error found
     /// (each with its field).
@@ -281,24 +551,13 @@ impl CompiledPolicy {
                 .as_str()
                 .to_string()
         };
-        let (env, variables) = match crate::cel::check_variables(
+        let (env, checked_vars) = match crate::cel::check_variables(
             var_specs
                 .iter()
                 .map(|v| (v.name.as_str(), v.expression.as_str())),
             base,
         ) {
-            Ok(checked) => {
-                let vars = checked
-                    .variables
-                    .into_iter()
-                    .map(|(name, expr)| {
-                        let mut uses = BTreeSet::new();
-                        variables_used(&expr.ast, &mut uses);
-                        CompiledVariable { name, expr, uses }
-                    })
-                    .collect();
-                (checked.env, vars)
-            }
+            Ok(checked) => (checked.env, checked.variables),
             Err(errs) => {
                 for error in errs {
                     let name = error
@@ -318,6 +577,27 @@ impl CompiledPolicy {
                 (base.clone(), Vec::new())
             }
         };
+        let mut c = Compiler {
+            env: &env,
+            errors,
+            sources: SourceUses::default(),
+            variables: Vec::new(),
+            reads_data: BTreeSet::new(),
+            sizes: HashMap::new(),
+            values: HashMap::new(),
+        };
+        for (name, checked) in checked_vars {
+            let i = var_specs.iter().position(|v| v.name == name).unwrap_or(0);
+            let direct = !sources::calls(&checked.ast).is_empty();
+            let Some((expr, size)) = c.expression(checked, &var_path(i)) else {
+                continue;
+            };
+            if direct || expr.uses.iter().any(|u| c.reads_data.contains(u)) {
+                c.reads_data.insert(name.clone());
+            }
+            c.sizes.insert(name.clone(), size);
+            c.variables.push(CompiledVariable { name, expr });
+        }
 
         let mut behaviors = Vec::new();
         for (index, b) in spec.behaviors.iter().flatten().enumerate() {
@@ -326,32 +606,30 @@ impl CompiledPolicy {
             };
             let at = root.field("behaviors").index(index).field(kind.as_str());
             if kind == BehaviorKind::Dns && mode == RuntimePolicyMode::Enforce {
-                errors.push(CompileError::Refused {
+                c.errors.push(CompileError::Refused {
                     path: at.as_str().to_string(),
                     message: "a dns behavior is observation only: use mode: monitor for it, and the network behavior to enforce egress to a domain",
                 });
             }
             let mut rule = |side: RuleSide, (literals, source): RuleParts| {
                 let path = at.field(side.as_str()).field("expression");
+                let path = path.as_str();
                 let expression =
                     source.and_then(|src| match check_for(&src, &env, Purpose::Behavior) {
-                        Ok(c) => Some(c),
+                        Ok(checked) => c.expression(checked, path).map(|(e, _)| e),
                         Err(errs) => {
-                            errors.extend(errs.into_iter().map(|error| CompileError::Expression {
-                                path: path.as_str().to_string(),
-                                error,
+                            c.errors.extend(errs.into_iter().map(|error| {
+                                CompileError::Expression {
+                                    path: path.to_string(),
+                                    error,
+                                }
                             }));
                             None
                         }
                     });
-                let mut uses = BTreeSet::new();
-                if let Some(c) = &expression {
-                    variables_used(&c.ast, &mut uses);
-                }
                 CompiledRule {
                     literals,
                     expression,
-                    uses,
                 }
             };
             let allow = rule(RuleSide::Allow, allow);
@@ -363,12 +641,21 @@ impl CompiledPolicy {
                 deny,
             });
         }
+        if c.sources.sources.len() > MAX_SOURCES {
+            c.errors.push(CompileError::DataSource {
+                path: root.as_str().to_string(),
+                message: format!(
+                    "the policy reads {} distinct data sources; at most {MAX_SOURCES} are fetched per evaluation",
+                    c.sources.sources.len()
+                ),
+            });
+        }
 
         let mut monitor_filter = Vec::new();
         if let Some(mf) = &spec.monitor_filter {
             let at = root.field("monitorFilter");
             if mode == RuntimePolicyMode::Enforce {
-                errors.push(CompileError::Refused {
+                c.errors.push(CompileError::Refused {
                     path: at.as_str().to_string(),
                     message: "monitorFilter narrows monitor findings and is refused with mode: enforce, whose findings are the record of what the kernel blocked",
                 });
@@ -381,7 +668,7 @@ impl CompiledPolicy {
                         name: ne.name.clone(),
                         expr,
                     }),
-                    Err(errs) => errors.extend(errs.into_iter().map(|mut error| {
+                    Err(errs) => c.errors.extend(errs.into_iter().map(|mut error| {
                         error.origin = Some(ne.name.clone());
                         CompileError::Expression {
                             path: path.as_str().to_string(),
@@ -392,41 +679,138 @@ impl CompiledPolicy {
             }
         }
 
-        if !errors.is_empty() {
-            return Err(errors);
+        if !c.errors.is_empty() {
+            return Err(c.errors);
         }
         Ok(CompiledPolicy {
             mode,
             target,
             evaluation_interval: spec.evaluation_interval.clone(),
             monitor_filter,
-            variables,
+            variables: c.variables,
             behaviors,
+            sources: c.sources,
         })
     }
 
-    /// Evaluates every behavior in a fresh [`policy_context`].
-    pub fn evaluate(&self) -> Result<EvaluationResult, Vec<EvaluateError>> {
-        self.evaluate_in(&policy_context())
+    /// The data sources the policy reads, each once, in the order first
+    /// read: what must be fetched before [`CompiledPolicy::evaluate_with`].
+    pub fn sources(&self) -> &[DataSource] {
+        &self.sources.sources
     }
 
-    /// Evaluates every behavior in `ctx` (a [`policy_context`], perhaps
-    /// with data bound into it), returning every failure.
+    /// The expression fields that read `sources()[i]`.
+    pub fn source_paths(&self, i: usize) -> &[String] {
+        self.sources
+            .paths
+            .get(&i)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// Each expression's estimated cost (`n`: fetched data size), by field.
+    pub fn estimated_costs(&self) -> Vec<(String, cost::Poly)> {
+        let mut out = Vec::new();
+        for (i, v) in self.variables.iter().enumerate() {
+            let path = FieldPath::spec()
+                .field("variables")
+                .index(i)
+                .field("expression");
+            out.push((path.as_str().to_string(), v.expr.cost));
+        }
+        for b in &self.behaviors {
+            for (side, rule) in [(RuleSide::Allow, &b.allow), (RuleSide::Deny, &b.deny)] {
+                if let Some(e) = &rule.expression {
+                    let path = FieldPath::spec()
+                        .field("behaviors")
+                        .index(b.index)
+                        .field(b.kind.as_str())
+                        .field(side.as_str())
+                        .field("expression");
+                    out.push((path.as_str().to_string(), e.cost));
+                }
+            }
+        }
+        out
+    }
+
+    /// Evaluates every behavior with no fetched data (an expression
+    /// reading a data source fails with [`EvaluateError::NeedsData`]).
+    pub fn evaluate(&self) -> Result<EvaluationResult, Vec<EvaluateError>> {
+        self.evaluate_full(
+            shared_policy_context(),
+            &DataSet::new(),
+            RUNTIME_COST_BUDGET,
+        )
+    }
+
+    /// Evaluates every behavior over `data` (the policy's
+    /// [`CompiledPolicy::sources`], fetched).
+    pub fn evaluate_with(&self, data: &DataSet) -> Result<EvaluationResult, Vec<EvaluateError>> {
+        self.evaluate_full(shared_policy_context(), data, RUNTIME_COST_BUDGET)
+    }
+
+    /// Evaluates every behavior with library functions from `ctx` (a
+    /// [`crate::cel::eval::policy_context`], perhaps with more functions).
     pub fn evaluate_in(&self, ctx: &Context<'_>) -> Result<EvaluationResult, Vec<EvaluateError>> {
-        let vars = LazyVariables {
+        self.evaluate_full(ctx, &DataSet::new(), RUNTIME_COST_BUDGET)
+    }
+
+    /// Evaluates every behavior: library functions from `ctx`, data-source
+    /// results from `data`, all of it within `budget` cost units. Returns
+    /// every failure, each with its field (after the budget is spent, only
+    /// the expression that spent it is named).
+    pub fn evaluate_full(
+        &self,
+        ctx: &Context<'_>,
+        data: &DataSet,
+        budget: u64,
+    ) -> Result<EvaluationResult, Vec<EvaluateError>> {
+        let p = self.evaluate_partial(ctx, data, budget);
+        if p.errors.is_empty() {
+            Ok(p.result)
+        } else {
+            Err(p.errors)
+        }
+    }
+
+    /// [`CompiledPolicy::evaluate_with`], and the cost units it spent.
+    pub fn evaluate_costed(
+        &self,
+        data: &DataSet,
+    ) -> (Result<EvaluationResult, Vec<EvaluateError>>, u64) {
+        let p = self.evaluate_partial(shared_policy_context(), data, RUNTIME_COST_BUDGET);
+        let result = if p.errors.is_empty() {
+            Ok(p.result)
+        } else {
+            Err(p.errors)
+        };
+        (result, p.cost)
+    }
+
+    /// [`CompiledPolicy::evaluate_full`], keeping what did evaluate: the
+    /// behaviors whose rules evaluated, and the failures of the others
+    /// (what `policy check` shows when some data is missing).
+    pub fn evaluate_partial(&self, ctx: &Context<'_>, data: &DataSet, budget: u64) -> Partial {
+        let run = Evaluation {
             policy: self,
             ctx,
+            data,
             memo: RefCell::new(HashMap::new()),
+            budget: RefCell::new(Budget::new(budget)),
         };
         let mut errors = Vec::new();
         let mut behaviors = Vec::new();
         for b in &self.behaviors {
+            if run.spent() {
+                break;
+            }
             let at = FieldPath::spec()
                 .field("behaviors")
                 .index(b.index)
                 .field(b.kind.as_str());
-            let allow = vars.rule(&b.allow, &at.field("allow"));
-            let deny = vars.rule(&b.deny, &at.field("deny"));
+            let allow = run.rule(&b.allow, &at.field("allow"));
+            let deny = run.rule(&b.deny, &at.field("deny"));
             let (allow, deny) = match (allow, deny) {
                 (Ok(a), Ok(d)) => (a, d),
                 (a, d) => {
@@ -454,24 +838,32 @@ impl CompiledPolicy {
                 default_deny,
             });
         }
-        if errors.is_empty() {
-            Ok(EvaluationResult { behaviors })
-        } else {
-            Err(errors)
+        let cost = run.budget.borrow().spent();
+        Partial {
+            result: EvaluationResult { behaviors },
+            errors,
+            cost,
         }
     }
 }
 
-/// The variables of one evaluation: each computed on first use and kept
-/// for the rest of the evaluation (what `lazy.MapValue` does in the
-/// reference implementation).
-struct LazyVariables<'p, 'c> {
+/// One evaluation: the variables, each computed on first use and kept for
+/// the rest of the evaluation (what `lazy.MapValue` does in the reference
+/// implementation), and the budget every expression draws on.
+struct Evaluation<'p, 'c> {
     policy: &'p CompiledPolicy,
     ctx: &'p Context<'c>,
+    data: &'p DataSet,
     memo: RefCell<HashMap<String, Result<Value, EvaluateError>>>,
+    budget: RefCell<Budget>,
 }
 
-impl LazyVariables<'_, '_> {
+impl Evaluation<'_, '_> {
+    fn spent(&self) -> bool {
+        let b = self.budget.borrow();
+        b.spent() > b.limit()
+    }
+
     /// The value of variable `name`, computing it (and what it uses) once.
     /// Variables use only earlier ones, so this recursion is at most
     /// `MAX_VARIABLES` deep and cannot cycle.
@@ -485,48 +877,69 @@ impl LazyVariables<'_, '_> {
             .iter()
             .enumerate()
             .find(|(_, v)| v.name == name)?;
-        let result = self.bind(&var.uses).and_then(|scope| {
-            self.eval_in(&scope, &var.expr, || {
-                FieldPath::spec()
-                    .field("variables")
-                    .index(i)
-                    .field("expression")
-                    .as_str()
-                    .to_string()
-            })
-        });
+        let path = FieldPath::spec()
+            .field("variables")
+            .index(i)
+            .field("expression")
+            .as_str()
+            .to_string();
+        let result = self.run(&var.expr, &path);
         self.memo
             .borrow_mut()
             .insert(name.to_string(), result.clone());
         Some(result)
     }
 
-    /// A child scope of the context with `variables` bound to the named
-    /// variables' values.
-    fn bind(&self, uses: &BTreeSet<String>) -> Result<Context<'_>, EvaluateError> {
-        let mut map = HashMap::new();
-        for name in uses {
-            // A name that is not a variable was refused by the checker
-            // (or is a comprehension variable's field): nothing to bind.
-            if let Some(v) = self.get(name) {
-                map.insert(Key::String(Arc::new(name.clone())), v?);
+    /// Runs an expression: its names bound (the variables it uses, the data
+    /// it reads), charged to the evaluation's budget.
+    fn run(&self, expr: &CompiledExpr, path: &str) -> Result<Value, EvaluateError> {
+        let mut globals = Vec::with_capacity(expr.program.globals().len());
+        for g in expr.program.globals() {
+            if g == "variables" {
+                let mut map = HashMap::new();
+                for name in &expr.uses {
+                    // A name that is not a variable was refused by the
+                    // checker (or is a comprehension variable's field).
+                    if let Some(v) = self.get(name) {
+                        map.insert(Key::String(Arc::new(name.clone())), v?);
+                    }
+                }
+                globals.push(Some(Value::Map(Map { map: Arc::new(map) })));
+            } else if let Some(i) = g
+                .strip_prefix("@data")
+                .and_then(|i| i.parse::<usize>().ok())
+            {
+                let Some(source) = self.policy.sources.sources.get(i) else {
+                    globals.push(None);
+                    continue;
+                };
+                match self.data.get(source) {
+                    None => {
+                        return Err(EvaluateError::NeedsData {
+                            path: path.to_string(),
+                            call: Box::new(source.clone()),
+                        })
+                    }
+                    Some(Err(error)) => {
+                        return Err(EvaluateError::Data {
+                            path: path.to_string(),
+                            call: Box::new(source.clone()),
+                            error: error.clone(),
+                        })
+                    }
+                    Some(Ok(v)) => globals.push(Some(v.clone())),
+                }
+            } else {
+                globals.push(None);
             }
         }
-        let mut scope = self.ctx.new_inner_scope();
-        scope.add_variable_from_value("variables", Value::Map(Map { map: Arc::new(map) }));
-        Ok(scope)
-    }
-
-    fn eval_in(
-        &self,
-        scope: &Context<'_>,
-        expr: &CheckedExpr,
-        path: impl Fn() -> String,
-    ) -> Result<Value, EvaluateError> {
-        evaluate(expr, scope).map_err(|error| EvaluateError::Expression {
-            path: path(),
-            error,
-        })
+        let mut budget = self.budget.borrow_mut();
+        expr.program
+            .run(&globals, self.ctx, &mut budget)
+            .map_err(|error| EvaluateError::Expression {
+                path: path.to_string(),
+                error,
+            })
     }
 
     /// A rule's literal values followed by its expression's strings, each
@@ -534,27 +947,26 @@ impl LazyVariables<'_, '_> {
     fn rule(&self, rule: &CompiledRule, at: &FieldPath) -> Result<Vec<String>, EvaluateError> {
         let mut out: Vec<String> = Vec::new();
         let mut seen = BTreeSet::new();
-        let mut push = |s: String, out: &mut Vec<String>| {
-            if seen.insert(s.clone()) {
-                out.push(s);
+        let mut push = |s: &str, out: &mut Vec<String>| {
+            if seen.insert(s.to_string()) {
+                out.push(s.to_string());
             }
         };
         for l in &rule.literals {
-            push(l.clone(), &mut out);
+            push(l, &mut out);
         }
         let Some(expr) = &rule.expression else {
             return Ok(out);
         };
-        let path = || at.field("expression").as_str().to_string();
-        let scope = self.bind(&rule.uses)?;
-        let value = self.eval_in(&scope, expr, path)?;
+        let path = at.field("expression").as_str().to_string();
+        let value = self.run(expr, &path)?;
         let Value::List(items) = value else {
-            return Err(EvaluateError::NotAListOfStrings { path: path() });
+            return Err(EvaluateError::NotAListOfStrings { path });
         };
         for item in items.iter() {
             match item {
-                Value::String(s) => push(s.to_string(), &mut out),
-                _ => return Err(EvaluateError::NotAListOfStrings { path: path() }),
+                Value::String(s) => push(s, &mut out),
+                _ => return Err(EvaluateError::NotAListOfStrings { path }),
             }
         }
         Ok(out)

@@ -22,10 +22,14 @@
 //! (every expression type-checked, the selectors compiled) and evaluates it
 //! into allow and deny lists per behavior.
 //!
+//! [`sources`] finds the data sources (`resource.get`, `resource.list`,
+//! `http.get`) a policy reads and binds their prefetched results.
+//!
 //! [`selector`] compiles a policy's `podSelector` and `namespaceSelector`
 //! into the [`selector::PodTarget`] that decides which pods it applies to.
 
 pub mod cel;
 pub mod compile;
 pub mod selector;
+pub mod sources;
 pub mod values;

@@ -4,7 +4,9 @@ pub mod cleanup;
 mod collector;
 mod crd;
 mod policy;
+mod policy_test;
 mod probe;
+mod propose;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -55,6 +57,9 @@ pub enum Command {
     Policy(policy::PolicyArgs),
     /// Run the reference collector of the push stream: mutual TLS, one JSON line per finding.
     Collector(collector::CollectorArgs),
+    /// Propose a RuntimePolicy allowing what a workload was observed doing (from its
+    /// monitor findings: Reports in the cluster, a Report file, or collector lines).
+    Propose(propose::ProposeArgs),
 }
 
 /// Installs the global `tracing` subscriber; logs go to stderr so that
@@ -83,6 +88,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cleanup(args) => cleanup::run(args),
         Command::Policy(args) => policy::run(args),
         Command::Collector(args) => collector::run(args),
+        Command::Propose(args) => propose::run(args),
     }
 }
 

@@ -7,6 +7,12 @@
 //! and every value or expression refused with its field path, and exits
 //! non-zero if anything was refused: what `kubectl apply` followed by a
 //! look at the status would say, before the apply.
+//!
+//! A policy reading data sources (`resource.get`, `resource.list`,
+//! `http.get`) is evaluated over the results `--data FILE` supplies (the
+//! format is `kyverno_runtime_policy::sources::DataFile`); what no file
+//! supplies is reported as needing live data, which is not an error: the
+//! behaviors that do not read it are still shown.
 
 use crate::daemon::convert;
 use anyhow::Context as _;
@@ -15,7 +21,9 @@ use kyverno_runtime_api::runtimepolicy::RuntimePolicy;
 use kyverno_runtime_enforce::egress::{compile_network, NameContext};
 use kyverno_runtime_enforce::names::ServiceAddresses;
 use kyverno_runtime_enforce::openexec::{compile_paths, Mode};
+use kyverno_runtime_policy::cel::eval::{shared_policy_context, RUNTIME_COST_BUDGET};
 use kyverno_runtime_policy::compile::CompiledPolicy;
+use kyverno_runtime_policy::sources::{DataFile, DataSet};
 use kyverno_runtime_policy::values::{parse_dns, parse_protocol, BehaviorKind, ValueError};
 use serde::Deserialize as _;
 use std::fmt::Write as _;
@@ -37,15 +45,54 @@ enum PolicyCommand {
         /// RuntimePolicy YAML files (`-` for stdin); several documents per file.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// What the policies' data sources return (`resource.get`,
+        /// `resource.list`, `http.get`), YAML or JSON: `resources:` entries
+        /// (apiVersion, resource, namespace, name and object; or items
+        /// without a name, for a list) and `http:` entries (url,
+        /// statusCode, body; or error). Without it, a policy reading data
+        /// is reported as needing live data.
+        #[arg(long, value_name = "FILE")]
+        data: Option<PathBuf>,
+    },
+    /// Run policy tests: recorded events through the daemon's attribution
+    /// and monitor, the findings compared with the expected ones.
+    ///
+    /// Each PATH is a `kyverno-runtime-test.yaml` or a directory searched
+    /// for them. A test names RuntimePolicy files, declares namespaces and
+    /// pods, and lists cases: a JSON-lines file of recorded events
+    /// (docs/recorded-events.md) and the findings they must produce. Prints
+    /// pass or FAIL per case with the difference; exits 1 on any failure.
+    Test {
+        /// Test files or directories holding them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
     },
 }
 
 /// Runs the subcommand.
 pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
-    let PolicyCommand::Check { files } = args.command;
+    match args.command {
+        PolicyCommand::Check { files, data } => check(&files, data.as_deref()),
+        PolicyCommand::Test { paths } => super::policy_test::run(&paths),
+    }
+}
+
+/// `policy check FILE... [--data FILE]`.
+fn check(files: &[PathBuf], data: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+    let data = match data {
+        None => DataSet::new(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let file: DataFile = serde_yaml::from_str(&text)
+                .with_context(|| format!("{}: not a data file", path.display()))?;
+            DataSet::from(&file)
+        }
+    };
     let mut failed = 0usize;
     let mut checked = 0usize;
-    for file in &files {
+    let mut needing_data = 0usize;
+    for file in files {
         let text = if file.as_os_str() == "-" {
             std::io::read_to_string(std::io::stdin()).context("reading stdin")?
         } else {
@@ -62,16 +109,23 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
                 }
             };
             checked += 1;
-            let (out, ok) = check_document(value);
+            let (out, outcome) = check_document(value, &data);
             print!("{}: {out}", file.display());
-            if !ok {
-                failed += 1;
+            match outcome {
+                Outcome::Ok => {}
+                Outcome::NeedsData => needing_data += 1,
+                Outcome::Refused => failed += 1,
             }
         }
     }
     println!(
-        "{checked} polic{} checked, {failed} with errors",
-        if checked == 1 { "y" } else { "ies" }
+        "{checked} polic{} checked, {failed} with errors{}",
+        if checked == 1 { "y" } else { "ies" },
+        if needing_data > 0 {
+            format!(", {needing_data} needing live data (supply it with --data FILE)")
+        } else {
+            String::new()
+        }
     );
     Ok(if failed == 0 {
         ExitCode::SUCCESS
@@ -80,11 +134,29 @@ pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// One document's report and whether it is clean.
-fn check_document(value: serde_yaml::Value) -> (String, bool) {
+/// One document checked with no data supplied: its report and whether
+/// nothing was refused (what `propose` runs on its own output).
+pub(crate) fn check_clean(value: serde_yaml::Value) -> (String, bool) {
+    let (report, outcome) = check_document(value, &DataSet::new());
+    (report, outcome != Outcome::Refused)
+}
+
+/// How a document checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Everything evaluated and every value is usable.
+    Ok,
+    /// Nothing refused, but some data was not supplied.
+    NeedsData,
+    /// Something was refused.
+    Refused,
+}
+
+/// One document's report and how it checked.
+pub(crate) fn check_document(value: serde_yaml::Value, data: &DataSet) -> (String, Outcome) {
     let rp: RuntimePolicy = match serde_yaml::from_value(value) {
         Ok(rp) => rp,
-        Err(e) => return (format!("not a RuntimePolicy: {e}\n"), false),
+        Err(e) => return (format!("not a RuntimePolicy: {e}\n"), Outcome::Refused),
     };
     let name = rp
         .metadata
@@ -100,20 +172,34 @@ fn check_document(value: serde_yaml::Value) -> (String, bool) {
             for e in errors {
                 let _ = writeln!(out, "  error: {e}");
             }
-            return (out, false);
+            return (out, Outcome::Refused);
         }
     };
-    let result = match compiled.evaluate() {
-        Ok(r) => r,
-        Err(errors) => {
-            for e in errors {
-                let _ = writeln!(out, "  error: {e}");
+    let mut missing = false;
+    for source in compiled.sources() {
+        let state = match data.get(source) {
+            Some(Ok(_)) => "supplied",
+            Some(Err(_)) => "supplied as a failure",
+            None => {
+                missing = true;
+                "needs live data"
             }
-            return (out, false);
+        };
+        let _ = writeln!(out, "  data: {source}: {state}");
+    }
+    let partial = compiled.evaluate_partial(shared_policy_context(), data, RUNTIME_COST_BUDGET);
+    let (result, errors) = (partial.result, partial.errors);
+    let mut refused = false;
+    for e in &errors {
+        if e.needs_data() {
+            let _ = writeln!(out, "  {e}");
+        } else {
+            let _ = writeln!(out, "  error: {e}");
+            refused = true;
         }
-    };
+    }
     let kernel_mode = convert::kernel_mode(Some(mode)).unwrap_or(Mode::Monitor);
-    let mut ok = true;
+    let mut ok = !refused;
     for kind in BehaviorKind::ALL {
         let Some(lists) = convert::lists(&result, kind) else {
             continue;
@@ -169,10 +255,17 @@ fn check_document(value: serde_yaml::Value) -> (String, bool) {
         }
         ok &= rejected.is_empty();
     }
-    if ok {
-        out.push_str("  ok\n");
+    let outcome = match (ok, missing || errors.iter().any(|e| e.needs_data())) {
+        (false, _) => Outcome::Refused,
+        (true, true) => Outcome::NeedsData,
+        (true, false) => Outcome::Ok,
+    };
+    match outcome {
+        Outcome::Ok => out.push_str("  ok\n"),
+        Outcome::NeedsData => out.push_str("  ok so far: needs live data to evaluate fully\n"),
+        Outcome::Refused => {}
     }
-    (out, ok)
+    (out, outcome)
 }
 
 fn parse_each(

@@ -16,6 +16,7 @@ pub use observe::{
 };
 
 use super::convert::{self, kernel_mode};
+use super::data::{DataReady, DataRequest, Fetcher};
 use super::resolve::{CgroupResolver, PodCgroups};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -37,6 +38,7 @@ use kyverno_runtime_metrics::{DropReason, Metrics};
 use kyverno_runtime_plane::SourceState;
 use kyverno_runtime_policy::compile::{CompiledPolicy, EvaluationResult};
 use kyverno_runtime_policy::selector::PodTarget;
+use kyverno_runtime_policy::sources::DataSet;
 use kyverno_runtime_policy::values::BehaviorKind;
 use kyverno_runtime_report::{Finding, ReporterHandle};
 use kyverno_runtime_status::{types, NodeReport, Reports};
@@ -104,6 +106,10 @@ struct PolicyState {
     interval: Option<Duration>,
     next_evaluation: Option<Instant>,
     evaluated_at: Option<Time>,
+    /// The last data request made for this policy (its data sources are
+    /// fetched before each evaluation), and whether it is still awaited.
+    data_epoch: u64,
+    awaiting_data: bool,
 }
 
 enum PolicyOutcome {
@@ -206,6 +212,9 @@ pub struct Engine {
     /// The DNS answer snooper's counters at the last look (they are
     /// cumulative; metrics take the deltas).
     snoop_seen: SnoopStats,
+    /// Fetches policies' data sources (`None`: no data, so a policy
+    /// reading one fails to evaluate, saying so).
+    fetcher: Option<Arc<Fetcher>>,
 }
 
 #[derive(Default)]
@@ -247,7 +256,13 @@ impl Engine {
             failures: BTreeMap::new(),
             rejections: BTreeMap::new(),
             snoop_seen: SnoopStats::default(),
+            fetcher: None,
         }
+    }
+
+    /// Fetches data sources with `fetcher` from now on.
+    pub fn set_fetcher(&mut self, fetcher: Arc<Fetcher>) {
+        self.fetcher = Some(fetcher);
     }
 
     /// The names of the policies it knows (for a relist's deletions).
@@ -327,6 +342,8 @@ impl Engine {
                 interval,
                 next_evaluation: None,
                 evaluated_at: None,
+                data_epoch: self.policies.get(&name).map_or(0, |p| p.data_epoch),
+                awaiting_data: false,
             },
         );
         self.evaluate(&name);
@@ -339,6 +356,9 @@ impl Engine {
         let Some(state) = self.policies.remove(name) else {
             return;
         };
+        if let Some(f) = &self.fetcher {
+            f.cancel(name);
+        }
         if let Ok(id) = PolicyId::new(state.uid.clone()) {
             let mut failures = Vec::new();
             if let Some(m) = self.openexec.get() {
@@ -389,11 +409,66 @@ impl Engine {
             .min()
     }
 
+    /// Evaluates a policy (on a spec change or its interval): at once if it
+    /// reads no data source, else once its data has been fetched (see
+    /// [`Engine::data_ready`]); the watch loop never waits on the network.
     fn evaluate(&mut self, name: &str) {
         let Some(state) = self.policies.get_mut(name) else {
             return;
         };
         state.next_evaluation = state.interval.map(|d| Instant::now() + d);
+        let PolicyOutcome::Compiled { compiled, .. } = &state.outcome else {
+            state.evaluated_at = Some(now());
+            return;
+        };
+        let sources = compiled.sources().to_vec();
+        if let (false, Some(fetcher)) = (sources.is_empty(), &self.fetcher) {
+            if state.awaiting_data {
+                // The interval came round while the last fetch is still
+                // under way (each is bounded by FETCH_TIMEOUT): let it
+                // finish rather than restart it, which, with an interval
+                // shorter than a slow source, would never evaluate. A spec
+                // change starts a fresh state, and so a fresh fetch.
+                tracing::debug!(policy = %name, "data sources still being fetched");
+                return;
+            }
+            state.data_epoch += 1;
+            state.awaiting_data = true;
+            fetcher.request(DataRequest {
+                policy: name.to_string(),
+                uid: state.uid.clone(),
+                epoch: state.data_epoch,
+                sources,
+            });
+            return;
+        }
+        self.evaluate_with(name, &DataSet::new());
+    }
+
+    /// A policy's data has been fetched: evaluate it over that data and
+    /// program the result (unless the policy changed or was deleted
+    /// meanwhile, or a newer request is under way).
+    pub fn data_ready(&mut self, ready: DataReady) {
+        let Some(state) = self.policies.get_mut(&ready.policy) else {
+            return;
+        };
+        if state.uid != ready.uid || state.data_epoch != ready.epoch || !state.awaiting_data {
+            tracing::debug!(policy = %ready.policy, epoch = ready.epoch, "stale data ignored");
+            return;
+        }
+        state.awaiting_data = false;
+        tracing::debug!(policy = %ready.policy, sources = ready.data.len(), took = ?ready.took, "data sources fetched");
+        self.evaluate_with(&ready.policy, &ready.data);
+        self.observe_policy(&ready.policy);
+        self.refresh_reports();
+    }
+
+    /// Evaluates a policy over `data` and programs the result; on failure
+    /// the last good lists stay programmed.
+    fn evaluate_with(&mut self, name: &str, data: &DataSet) {
+        let Some(state) = self.policies.get_mut(name) else {
+            return;
+        };
         state.evaluated_at = Some(now());
         let uid = state.uid.clone();
         let PolicyOutcome::Compiled {
@@ -404,8 +479,15 @@ impl Engine {
         else {
             return;
         };
-        match compiled.evaluate() {
+        let (evaluation, cost) = compiled.evaluate_costed(data);
+        match evaluation {
             Ok(result) => {
+                let changed = evaluated.as_ref().map(|e| &e.behaviors) != Some(&result.behaviors);
+                if changed && !compiled.sources().is_empty() {
+                    // Data-driven lists changed: worth a line, with what
+                    // they are now.
+                    tracing::info!(policy = %name, lists = %summary(&result), cost, "policy evaluated over fetched data: its lists changed");
+                }
                 *evaluated = Some(result);
                 *evaluate_error = None;
             }
@@ -855,13 +937,18 @@ impl Engine {
             }
         }
         if let PolicyOutcome::Compiled {
-            evaluate_error: Some(e),
+            evaluate_error,
             evaluated,
-            ..
+            compiled,
         } = &p.outcome
         {
-            if evaluated.is_none() {
-                missing.push(format!("evaluation failed: {e}"));
+            match (evaluated, evaluate_error) {
+                (None, Some(e)) => missing.push(format!("evaluation failed: {e}")),
+                (None, None) if p.awaiting_data => missing.push(format!(
+                    "evaluation pending: fetching {} data source(s)",
+                    compiled.sources().len()
+                )),
+                _ => {}
             }
         }
         let unresolved: Vec<UnresolvedPod> = matched
@@ -1022,6 +1109,43 @@ impl Engine {
     }
 }
 
+/// A policy's evaluated lists in one bounded line (the first values of
+/// each list and how many more).
+fn summary(result: &EvaluationResult) -> String {
+    const SHOWN: usize = 8;
+    let list = |values: &[String]| {
+        let mut out = values
+            .iter()
+            .take(SHOWN)
+            .map(|v| bounded(v, 64))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if values.len() > SHOWN {
+            out.push_str(&format!(", … ({} in all)", values.len()));
+        }
+        format!("[{out}]")
+    };
+    result
+        .behaviors
+        .iter()
+        .map(|b| {
+            format!(
+                "behaviors[{}].{}: allow {} deny {}{}",
+                b.index,
+                b.kind,
+                list(&b.allow),
+                list(&b.deny),
+                if b.default_deny {
+                    " (default deny)"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
@@ -1156,6 +1280,25 @@ mod tests {
         finished.status = serde_json::from_value(serde_json::json!({"phase": "Succeeded"})).ok();
         e.apply_pod(&finished);
         assert_eq!(report(&reports, "p").shard.pods_matched, Some(false));
+    }
+
+    #[test]
+    fn a_policy_reading_data_with_nothing_to_fetch_it_says_it_needs_live_data() {
+        let (mut e, reports, _dir) = engine();
+        e.apply_policy(&policy(
+            "p",
+            1,
+            serde_json::json!({"mode": "monitor", "evaluationInterval": "30s",
+            "behaviors": [{"network": {"deny": {"expression":
+                "resource.get('v1', 'configmaps', 'd', 'c').data.hosts.split(',')"}}}]}),
+        ));
+        let r = report(&reports, "p");
+        let message = r.shard.message.unwrap_or_default();
+        assert!(
+            message.contains("evaluation failed: spec.behaviors[0].network.deny.expression: needs live data: resource.get(\"v1\", \"configmaps\", \"d\", \"c\")"),
+            "{message}"
+        );
+        assert_eq!(r.shard.observation_available, Some(false));
     }
 
     #[test]

@@ -28,6 +28,7 @@
 //! (an uninstall), or by `kyverno-runtime cleanup`.
 
 pub(crate) mod convert;
+mod data;
 mod engine;
 mod resolve;
 mod services;
@@ -744,10 +745,15 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
     }
 
     {
+        // Data sources are fetched on their own tasks and handed to the
+        // engine through the watch loop.
+        let (data_tx, data_rx) = tokio::sync::mpsc::unbounded_channel();
+        watches::lock(&engine).set_fetcher(data::Fetcher::new(client.clone(), data_tx));
         let watches = watches::Watches {
             client: client.clone(),
             node: args.node_name.clone(),
             health: health.clone(),
+            data: Some(data_rx),
         };
         let stop = stopped(stop_rx.clone());
         tasks.spawn(async move {

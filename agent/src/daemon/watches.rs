@@ -7,6 +7,7 @@
 //! [`super::services`]): each change hands the Service's addresses to the
 //! engine, and once both have listed the engine is told they are complete.
 
+use super::data::DataReady;
 use super::engine::Engine;
 use super::services::{Changes, ServiceNames};
 use futures::stream::{select_all, BoxStream, StreamExt};
@@ -41,6 +42,8 @@ pub struct Watches {
     pub node: String,
     /// Told when policies have synced.
     pub health: Arc<Health>,
+    /// Policies' fetched data, handed to the engine as it arrives.
+    pub data: Option<tokio::sync::mpsc::UnboundedReceiver<DataReady>>,
 }
 
 // Boxed: a Pod is several times larger than the others, and every update
@@ -111,6 +114,7 @@ impl Watches {
         let mut names = ServiceNames::new();
         let mut relists = Relists::default();
         let mut synced = Synced::default();
+        let mut data = self.data;
         tokio::pin!(stop);
         loop {
             let due = lock(&engine).next_due().map(tokio::time::Instant::from_std);
@@ -132,6 +136,7 @@ impl Watches {
                     Some(Ok(update)) => apply(&mut lock(&engine), &mut relists, &mut synced, update),
                 },
                 () = sleep_until(due), if due.is_some() => lock(&engine).evaluate_due(std::time::Instant::now()),
+                ready = next_data(&mut data) => lock(&engine).data_ready(ready),
             }
             if synced.policies && synced.namespaces && !synced.pod_watch_started {
                 synced.pod_watch_started = true;
@@ -158,6 +163,17 @@ fn hand_over(engine: &mut Engine, changes: Changes) {
     if changes.synced {
         tracing::info!("Services and EndpointSlices listed; Service names resolve");
         engine.services_synced();
+    }
+}
+
+/// The next fetched data, or never (no fetcher, or it is gone).
+async fn next_data(rx: &mut Option<tokio::sync::mpsc::UnboundedReceiver<DataReady>>) -> DataReady {
+    match rx {
+        Some(rx) => match rx.recv().await {
+            Some(ready) => ready,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 

@@ -273,3 +273,54 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     std::fs::write(&p, text).unwrap();
     p
 }
+
+/// A loopback HTTP server the test controls: it serves `body` as JSON, or,
+/// once told to fail, drops every connection unanswered.
+pub struct ListServer {
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    state: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl ListServer {
+    /// Listens on a free loopback port, serving `body`.
+    pub fn start(body: &str) -> ListServer {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = std::sync::Arc::new(std::sync::Mutex::new(Some(body.to_string())));
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let body = shared.lock().unwrap().clone();
+                let Some(body) = body else {
+                    drop(conn);
+                    continue;
+                };
+                // The request head, up to its blank line.
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    line.clear();
+                }
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        ListServer { addr, state }
+    }
+
+    /// Serves `body` from now on.
+    pub fn serve(&self, body: &str) {
+        *self.state.lock().unwrap() = Some(body.to_string());
+    }
+
+    /// Drops every connection from now on.
+    pub fn fail(&self) {
+        *self.state.lock().unwrap() = None;
+    }
+}

@@ -643,6 +643,30 @@ pub(super) fn sum_stats(per_cpu: &[Vec<u8>]) -> Option<Stats> {
     Some(s)
 }
 
+/// Fuzzing entry point: every decoder of the filter's maps (the
+/// observation counters the daemon drains, the learned addresses the
+/// snooper writes, the sets, domains and the ledger a restart adopts) on
+/// arbitrary bytes, split at the first byte's position into a key and a
+/// value. None may panic, whatever the kernel (or a corrupted pin) hands
+/// over. Never called outside tests and fuzz targets.
+#[doc(hidden)]
+pub fn fuzz_decode_maps(data: &[u8]) {
+    let split = usize::from(data.first().copied().unwrap_or(0)).min(data.len());
+    let (key, value) = data.split_at(split);
+    let _ = decode_filter(key, value);
+    let _ = decode_trie_key(key, false);
+    let _ = decode_trie_key(key, true);
+    let _ = decode_meta(value);
+    let _ = decode_policy(key, value);
+    let _ = decode_rule_key(key);
+    let _ = decode_binding_key(key);
+    let _ = decode_domain(key, value);
+    let _ = decode_learned(key, value);
+    let _ = decode_domain_rule_key(key);
+    let _ = decode_observation_key(key);
+    let _ = decode_count(value);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,10 +97,15 @@ impl Truncation {
     }
 
     fn bits(self) -> u32 {
-        u32::from(self.argv) * ARGV_TRUNCATED
-            | u32::from(self.arg) * ARG_TRUNCATED
-            | u32::from(self.argv_unreadable) * ARGV_UNREADABLE
-            | u32::from(self.filename) * FILENAME_TRUNCATED
+        [
+            (self.argv, ARGV_TRUNCATED),
+            (self.arg, ARG_TRUNCATED),
+            (self.argv_unreadable, ARGV_UNREADABLE),
+            (self.filename, FILENAME_TRUNCATED),
+        ]
+        .into_iter()
+        .filter(|(set, _)| *set)
+        .fold(0, |bits, (_, bit)| bits | bit)
     }
 
     /// Whether anything is missing.

@@ -217,6 +217,17 @@ pub(super) fn sum_stats(per_cpu: &[Vec<u8>]) -> Option<ProtoStats> {
     Some(s)
 }
 
+/// Fuzzing entry point: the classifier's flow-event key and count decoders
+/// on arbitrary bytes (split at the first byte's position); neither may
+/// panic. Never called outside tests and fuzz targets.
+#[doc(hidden)]
+pub fn fuzz_decode_maps(data: &[u8]) {
+    let split = usize::from(data.first().copied().unwrap_or(0)).min(data.len());
+    let (key, value) = data.split_at(split);
+    let _ = decode_event_key(key);
+    let _ = decode_count(value);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -77,6 +77,9 @@ use crate::cgroup_attach::{AttachError, CgroupLink};
 mod kernel;
 #[cfg(not(krt_bpf_stub))]
 mod key;
+#[cfg(not(krt_bpf_stub))]
+#[doc(hidden)]
+pub use key::fuzz_decode_maps;
 #[cfg(krt_bpf_stub)]
 mod stub;
 

@@ -13,9 +13,14 @@ use ::cel::{Context, ExecutionError, FunctionContext, ResolveResult, Value};
 use kube_cel::KubeCelExt;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use super::CheckedExpr;
+
+/// What one policy evaluation may spend, in the cost units of
+/// [`super::program`]: every variable and expression together. The API
+/// server's budget for the rules of one object (`RuntimeCELCostBudget`).
+pub const RUNTIME_COST_BUDGET: u64 = 10_000_000;
 
 /// Most elements (list items, map entries, string and bytes bytes counted
 /// per 1 KiB) a result may hold; larger results are refused rather than
@@ -37,6 +42,12 @@ pub enum EvalError {
     TooLarge {
         /// The limit.
         max: usize,
+    },
+    /// The evaluation spent its cost budget and was stopped.
+    #[error("evaluation stopped: it spent its cost budget of {budget} units (see the cost model in the policy reference)")]
+    CostExceeded {
+        /// The budget.
+        budget: u64,
     },
 }
 
@@ -77,7 +88,9 @@ impl EvalError {
                 }
                 _ => "invalid_argument",
             },
-            EvalError::Panicked | EvalError::TooLarge { .. } => "invalid_argument",
+            EvalError::Panicked | EvalError::TooLarge { .. } | EvalError::CostExceeded { .. } => {
+                "invalid_argument"
+            }
         }
     }
 }
@@ -162,6 +175,13 @@ pub fn policy_context() -> Context<'static> {
     ctx
 }
 
+/// One [`policy_context`] for the process: registering the libraries
+/// costs more than most evaluations, and the context is read-only.
+pub fn shared_policy_context() -> &'static Context<'static> {
+    static CONTEXT: LazyLock<Context<'static>> = LazyLock::new(policy_context);
+    &CONTEXT
+}
+
 /// `json.unmarshal(string) -> dyn`, as the Kyverno SDK has it: numbers
 /// become doubles (cel-go adapts Go's `float64`), objects maps with string
 /// keys.
@@ -169,6 +189,25 @@ fn json_unmarshal(s: Arc<String>) -> ResolveResult {
     let parsed: serde_json::Value = serde_json::from_str(&s)
         .map_err(|e| ExecutionError::function_error("json.unmarshal", e))?;
     Ok(json_to_value(&parsed))
+}
+
+/// The CEL name of a value's type, for messages.
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::List(_) => "a list",
+        Value::Map(_) => "a map",
+        Value::Function(..) => "a function",
+        Value::Int(_) => "an int",
+        Value::UInt(_) => "a uint",
+        Value::Float(_) => "a double",
+        Value::String(_) => "a string",
+        Value::Bytes(_) => "bytes",
+        Value::Bool(_) => "a bool",
+        Value::Duration(_) => "a duration",
+        Value::Timestamp(_) => "a timestamp",
+        Value::Opaque(_) => "an opaque value",
+        Value::Null => "null",
+    }
 }
 
 /// A JSON document as a CEL value, with every number a double.
@@ -191,7 +230,9 @@ pub fn json_to_value(v: &serde_json::Value) -> Value {
     }
 }
 
-/// Evaluates a checked expression in `ctx`.
+/// Evaluates a checked expression in `ctx` with the `cel` crate's own
+/// interpreter, unbudgeted. Kept as the baseline the benchmark compares
+/// [`super::program::Program`] with; policies are evaluated by the latter.
 ///
 /// The expression's nesting is bounded by the checker, which bounds the
 /// evaluator's recursion, so this runs on the caller's thread; a panic in a
@@ -215,7 +256,13 @@ pub fn evaluate(expr: &CheckedExpr, ctx: &Context<'_>) -> Result<Value, EvalErro
 
 /// The size of `v` in [`MAX_RESULT_UNITS`] units, counting stopped once
 /// past `limit` so a huge value costs no more than the limit to measure.
-fn units(v: &Value, limit: usize) -> usize {
+pub(crate) fn units(v: &Value, limit: usize) -> usize {
+    match v {
+        Value::String(s) => return s.len() / 1024,
+        Value::Bytes(b) => return b.len() / 1024,
+        Value::List(_) | Value::Map(_) => {}
+        _ => return 0,
+    }
     let mut total = 0usize;
     let mut stack = vec![v];
     while let Some(v) = stack.pop() {

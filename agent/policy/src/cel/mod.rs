@@ -14,7 +14,9 @@
 //!   and Kubernetes extension libraries, the Kyverno SDK functions and the
 //!   monitorFilter `event` object;
 //! - [`eval`]: the run-time half: the `cel` context with `kube-cel` and
-//!   `json.unmarshal`, and guarded evaluation of a [`CheckedExpr`];
+//!   `json.unmarshal` (the library functions), and evaluation errors;
+//! - [`program`]: the evaluator: a [`CheckedExpr`] compiled into a
+//!   [`program::Program`] and run with a cost budget;
 //! - [`check_list_of_strings`], [`check_bool`], [`check_variables`]: the
 //!   entry points, which collect every error rather than stopping at the
 //!   first.
@@ -38,8 +40,11 @@
 //! offset, because the parser keeps offsets only on parse errors.
 
 mod check;
+pub mod cost;
 pub mod decls;
 pub mod eval;
+mod library;
+pub mod program;
 mod render;
 pub mod types;
 
@@ -490,6 +495,11 @@ where
         env,
         variables: checked,
     })
+}
+
+/// A sub-expression rendered as source-like text (for messages).
+pub(crate) fn render_expr(e: &IdedExpr) -> String {
+    render::render(e)
 }
 
 /// Up to three declared names close to `name` (edit distance, or the same

@@ -1,4 +1,5 @@
 use super::*;
+use crate::cel::eval::policy_context;
 use crate::cel::Overload;
 use crate::cel::Type;
 use ::cel::extractors::This;
@@ -272,21 +273,31 @@ behaviors:
 }
 
 #[test]
-fn an_overflow_in_a_library_binding_is_an_error_or_a_value_never_a_crash() {
-    // The cel crate negates unchecked: a debug build panics (contained by
-    // the guard, reported as an error), a release build wraps.
-    let r = evaluate(
+fn an_integer_overflow_is_an_evaluation_error_with_its_field() {
+    // cel-go's semantics: checked, never a wrapped value or a crash.
+    let errs = evaluate(
         r#"
 behaviors:
   - open: {deny: {expression: "[string(-(-9223372036854775807 - 1))]"}}
+  - exec: {deny: {expression: "[string([9223372036854775807, 1].sum())]"}}
 "#,
+    )
+    .unwrap_err();
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs[0]
+            .to_string()
+            .starts_with("spec.behaviors[0].open.deny.expression: evaluation failed:")
+            && errs[0].to_string().contains("Overflow"),
+        "{errs:?}"
     );
-    if let Err(errs) = r {
-        assert!(
-            errs[0].to_string().contains("a library function failed"),
-            "{errs:?}"
-        );
-    }
+    assert!(
+        errs[1]
+            .to_string()
+            .starts_with("spec.behaviors[1].exec.deny.expression:")
+            && errs[1].to_string().contains("Overflow"),
+        "{errs:?}"
+    );
 }
 
 fn big() -> ::cel::ResolveResult {

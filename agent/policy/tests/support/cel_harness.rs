@@ -10,6 +10,7 @@
 #![allow(dead_code)] // each includer uses a different part
 
 use kyverno_runtime_policy::cel::eval::{evaluate, EvalError};
+use kyverno_runtime_policy::cel::program::{Budget, Program};
 use kyverno_runtime_policy::cel::{check, CheckErrorKind, CheckedExpr, Env, Type};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -231,14 +232,19 @@ pub fn check_class(kind: &CheckErrorKind) -> &'static str {
     }
 }
 
-/// A case compiled on the Rust side: its checked expression and variable
-/// values, or its check-error outcome.
+/// A case compiled on the Rust side: its checked expression, its program
+/// and variable values, or its check-error outcome.
 pub struct Compiled {
     /// The checked expression.
     pub checked: CheckedExpr,
+    /// The program the evaluator runs.
+    pub program: Program,
     /// The variables, by name.
     pub vars: Vec<(String, Value)>,
 }
+
+/// The budget of one case's evaluation (the policy default).
+pub const BUDGET: u64 = kyverno_runtime_policy::cel::eval::RUNTIME_COST_BUDGET;
 
 /// The environment of a case: [`Env::policy`] plus its variables.
 pub fn case_env(base: &Env, case: &Case) -> Env {
@@ -249,10 +255,11 @@ pub fn case_env(base: &Env, case: &Case) -> Env {
     env
 }
 
-/// Parses and checks a case (the Rust "compile" phase).
+/// Parses, checks and plans a case (the Rust "compile" phase).
 pub fn compile(env: &Env, case: &Case) -> Result<Compiled, Box<Outcome>> {
     match check(&case.expr, env) {
         Ok(checked) => Ok(Compiled {
+            program: Program::new(&checked, env, &Default::default()),
             checked,
             vars: case
                 .vars
@@ -272,8 +279,21 @@ pub fn compile(env: &Env, case: &Case) -> Result<Compiled, Box<Outcome>> {
     }
 }
 
-/// Evaluates a compiled case in a child scope of `ctx`.
+/// Evaluates a compiled case: its variables bound to the program's names,
+/// library functions called through `ctx`.
 pub fn eval(ctx: &Context<'_>, c: &Compiled) -> Result<Value, EvalError> {
+    let globals: Vec<Option<Value>> = c
+        .program
+        .globals()
+        .iter()
+        .map(|g| c.vars.iter().find(|(n, _)| n == g).map(|(_, v)| v.clone()))
+        .collect();
+    c.program.run(&globals, ctx, &mut Budget::new(BUDGET))
+}
+
+/// Evaluates a compiled case with the `cel` crate's interpreter in a child
+/// scope of `ctx` (the baseline the benchmark compares with).
+pub fn eval_cel_crate(ctx: &Context<'_>, c: &Compiled) -> Result<Value, EvalError> {
     let mut scope = ctx.new_inner_scope();
     for (n, v) in &c.vars {
         scope.add_variable_from_value(n.clone(), v.clone());
