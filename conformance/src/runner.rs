@@ -509,7 +509,13 @@ fn run_vm(
                 break;
             }
             Err(e) if e.is_guest_failure() && attempt == 0 => {
-                println!("   the guest failed ({}); booting it again", e.label());
+                // The whole console tail: whether the crash is in code of
+                // ours (a BPF program) or the emulator's shows in its trace.
+                println!(
+                    "   the guest failed ({}); booting it again\n{}",
+                    e.label(),
+                    indent(&format!("{e}\n"))
+                );
                 node.retried_after.push(
                     format!("{e}")
                         .lines()
