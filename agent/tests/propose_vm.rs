@@ -473,7 +473,8 @@ fn guest() -> ExitCode {
                 results.iter().filter(|r| r.policy == PROPOSED).collect();
             let has = |t: &str| ours.iter().any(|r| target(r) == t);
             let discovery_gone = !results.iter().any(|r| r.policy == DISCOVERY);
-            (has(FORBIDDEN) && has(SECRET) && has("127.0.0.5") && discovery_gone).then_some(results)
+            (has(FORBIDDEN) && has(SECRET) && has("127.0.0.5") && has("ssh") && discovery_gone)
+                .then_some(results)
         },
     );
     // A flush after the workload's run, so a refusal of it would be here.

@@ -59,7 +59,8 @@ enum krt_proto_decision {
 enum krt_proto_flag {
 	/* Drop what no allowed_protos entry allows. */
 	KRT_PROTO_F_DEFAULT_DENY = 1 << 0,
-	/* Count each flow's decision in proto_events. */
+	/* Count each allowed flow's decision in proto_events too (a refused
+	 * flow is always counted). */
 	KRT_PROTO_F_OBSERVE = 1 << 1,
 };
 

@@ -20,7 +20,8 @@
  *   4. Otherwise this is the flow's first data segment (TCP) or first
  *      datagram (UDP): classify it, compute the decision (explicit deny >
  *      explicit allow > default deny > pass), record it in proto_events
- *      when the set observes, cache it in proto_flows, enforce it. Every
+ *      when the set observes or the flow is refused, cache it in
+ *      proto_flows, enforce it. Every
  *      decision is counted once per flow.
  *
  * Anything that cannot be parsed within this segment and the walk bounds
@@ -724,9 +725,15 @@ int krt_protocol(struct __sk_buff *skb)
 	if (proto < KRT_PROTO_COUNT)
 		st->classified[proto]++;
 
-	/* Decide, record, cache, enforce: in this order. */
+	/*
+	 * Decide, record, cache, enforce: in this order. A refusal is always
+	 * recorded, so a pod only enforce policies select still gets a finding
+	 * for each flow its policy refused (as the egress filter does); an
+	 * allowed flow only when the set observes.
+	 */
 	decision = decide(&gate, proto, alpn);
-	if (gate.flags & KRT_PROTO_F_OBSERVE)
+	if ((gate.flags & KRT_PROTO_F_OBSERVE) || decision == KRT_DECISION_DENY ||
+	    decision == KRT_DECISION_DEFAULT_DENY)
 		record(cgroup_id, proto, alpn, decision, st);
 	if (parsed != PARSE_NO_FLOW) {
 		__builtin_memset(&verdict, 0, sizeof(verdict));

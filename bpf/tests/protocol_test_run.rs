@@ -382,6 +382,33 @@ fn ssh_is_denied_while_tls_to_the_same_port_passes() {
 }
 
 #[test]
+fn refusals_are_recorded_for_a_set_that_does_not_observe() {
+    // An enforce-only pod: its refusals must still reach the monitor (as
+    // findings attributed to the enforce policy); its allowed flows not.
+    let f = Fixture::new(OPEN, &[(Verdict::Deny, "ssh")]);
+    assert_eq!(f.run(&tcp4(40001, 22, SSH_BANNER)), DROP);
+    assert_eq!(f.run(&tcp4(40002, 22, &client_hello(&[b"h2"]))), PASS);
+    assert_eq!(f.run(&tcp4(40003, 22, b"GET / HTTP/1.1\r\n\r\n")), PASS);
+    assert_eq!(f.events(), vec![f.event("ssh", Decision::Deny, 1)]);
+
+    let enforce_default_deny = ProtoFlags {
+        default_deny: true,
+        observe: false,
+    };
+    let g = Fixture::new(enforce_default_deny, &[(Verdict::Allow, "tls")]);
+    assert_eq!(g.run(&tcp4(40001, 443, &client_hello(&[b"h2"]))), PASS);
+    assert_eq!(g.run(&tcp4(40002, 443, SSH_BANNER)), DROP);
+    assert_eq!(g.run(&udp4(50001, 5353, b"hello")), DROP);
+    assert_eq!(
+        g.events(),
+        vec![
+            g.event("unclassified", Decision::DefaultDeny, 1),
+            g.event("ssh", Decision::DefaultDeny, 1),
+        ]
+    );
+}
+
+#[test]
 fn tls_h2_is_matched_by_tls_h2() {
     let f = Fixture::new(DEFAULT_DENY, &[(Verdict::Allow, "tls/h2")]);
     assert_eq!(

@@ -52,13 +52,14 @@
 //!
 //! # Observations
 //!
-//! The kernel counts flows per (cgroup, classification, decision) only for
-//! cgroups whose set observes. [`ProtocolManager::drain`] reads and resets
-//! those counts into [`ProtocolObservation`]s in the policy vocabulary
-//! (`http/1.1`, not the kernel's `http1`; `unclassified` for no evidence),
-//! and reports the decisions the kernel could not count (its event map
-//! full) since the previous drain. Refusals of cgroups no monitor policy
-//! selects are counted only in the node-wide [`ProtoStats`].
+//! The kernel counts flows per (cgroup, classification, decision): every
+//! refused flow, and every flow of a cgroup whose set observes (so an
+//! enforce-only pod's refusals still become findings, as the egress
+//! filter's do). [`ProtocolManager::drain`] reads and resets those counts
+//! into [`ProtocolObservation`]s in the policy vocabulary (`http/1.1`, not
+//! the kernel's `http1`; `unclassified` for no evidence), and reports the
+//! decisions the kernel could not count (its event map full) since the
+//! previous drain.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -53,8 +53,9 @@
 //! # Decision
 //!
 //! Explicit deny > explicit allow > default deny > pass ([`Decision`]). The
-//! program computes the decision, records it in `proto_events` (when the
-//! set observes), caches it in `proto_flows`, then enforces it: a dropped
+//! program computes the decision, records it in `proto_events` (always for
+//! a refusal, for any decision when the set observes), caches it in
+//! `proto_flows`, then enforces it: a dropped
 //! first segment stalls the connection, and every later packet of a denied
 //! flow is dropped from the cache. Each flow is classified and counted
 //! once; a rule or gate change makes the next packet of a cached flow
@@ -331,8 +332,9 @@ pub enum Verdict {
 pub struct ProtoFlags {
     /// Drop flows no allow rule matches (unclassified ones included).
     pub default_deny: bool,
-    /// Count each flow's decision in `proto_events` (see
-    /// [`ProtocolClassifier::drain_events`]). Never changes a verdict.
+    /// Count every flow's decision in `proto_events` (see
+    /// [`ProtocolClassifier::drain_events`]), not only the refusals the
+    /// program always counts. Never changes a verdict.
     pub observe: bool,
 }
 
