@@ -43,7 +43,9 @@
  *
  * Kernel portability: CO-RE, no kernel-version #ifdefs, no bpf_loop or
  * kfuncs, and only helpers that cgroup_skb programs may call on 5.10
- * (bpf_skb_cgroup_id, bpf_skb_load_bytes, map helpers).
+ * (bpf_skb_cgroup_id, bpf_skb_load_bytes, bpf_ktime_get_ns, map helpers);
+ * the IP header is read in place through skb->data, which cgroup_skb
+ * programs of a privileged loader may read since 5.0.
  */
 #include "common.h"
 #include <bpf/bpf_endian.h>
@@ -415,11 +417,30 @@ static __always_inline int malformed(struct krt_egress_stats *st, __u32 flags)
 }
 
 /*
- * In a cgroup_skb program skb->data starts at the IP header. Headers are
- * copied with bpf_skb_load_bytes, which also reads a non-linear skb and
- * fails (instead of reading past the end) when the packet is shorter than
- * asked: that is how a truncated header is detected.
+ * The fixed IP header (`len` bytes), or NULL when the packet is shorter.
+ *
+ * In a cgroup_skb program skb->data starts at the IP header. When the
+ * skb's linear data holds the header (on real egress it always does: the
+ * stack writes the header there) it is read in place, with no helper call;
+ * otherwise it is copied into `copy` with bpf_skb_load_bytes, which also
+ * reads a non-linear skb and fails (instead of reading past the end) when
+ * the packet is shorter than asked: that is how a truncated header is
+ * detected. (Reading skb->data needs a privileged loader, which the
+ * daemon is, on every kernel this supports.)
  */
+static __always_inline const void *ip_header(struct __sk_buff *skb,
+					     void *copy, __u32 len)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+
+	if (data + len <= data_end)
+		return data;
+	if (bpf_skb_load_bytes(skb, 0, copy, len) < 0)
+		return NULL;
+	return copy;
+}
+
 static __always_inline int filter_v4(struct __sk_buff *skb,
 				     struct krt_egress_stats *st,
 				     __u32 set_id, __u32 flags)
@@ -433,13 +454,15 @@ static __always_inline int filter_v4(struct __sk_buff *skb,
 	};
 	struct krt_egress_host_key host = {};
 	struct krt_egress_v4_key key = {};
-	struct iphdr ip;
+	const struct iphdr *ip;
+	struct iphdr copy;
 	__u8 version_ihl;
 
-	if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)) < 0)
+	ip = ip_header(skb, &copy, sizeof(copy));
+	if (!ip)
 		return malformed(st, flags);
 	/* The first byte, not the bitfields: their layout is endian-bound. */
-	version_ihl = *(__u8 *)&ip;
+	version_ihl = *(const __u8 *)ip;
 	if ((version_ihl >> 4) != 4 || (version_ihl & 0xf) < 5)
 		return malformed(st, flags);
 
@@ -452,10 +475,10 @@ static __always_inline int filter_v4(struct __sk_buff *skb,
 	 */
 	host.set_id = set_id;
 	host.family = KRT_EGRESS_IPV4;
-	__builtin_memcpy(host.addr, &ip.daddr, 4);
+	__builtin_memcpy(host.addr, &ip->daddr, 4);
 	key.prefixlen = 32 + 32;
 	key.set_id = bpf_htonl(set_id);
-	__builtin_memcpy(key.addr, &ip.daddr, sizeof(key.addr));
+	__builtin_memcpy(key.addr, &ip->daddr, sizeof(key.addr));
 	return decide(st, &v4_maps, &host, &key, flags);
 }
 
@@ -472,11 +495,13 @@ static __always_inline int filter_v6(struct __sk_buff *skb,
 	};
 	struct krt_egress_host_key host = {};
 	struct krt_egress_v6_key key = {};
-	struct ipv6hdr ip6;
+	const struct ipv6hdr *ip6;
+	struct ipv6hdr copy;
 
-	if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)) < 0)
+	ip6 = ip_header(skb, &copy, sizeof(copy));
+	if (!ip6)
 		return malformed(st, flags);
-	if ((*(__u8 *)&ip6 >> 4) != 6)
+	if ((*(const __u8 *)ip6 >> 4) != 6)
 		return malformed(st, flags);
 
 	/*
@@ -495,10 +520,10 @@ static __always_inline int filter_v6(struct __sk_buff *skb,
 	 */
 	host.set_id = set_id;
 	host.family = KRT_EGRESS_IPV6;
-	__builtin_memcpy(host.addr, &ip6.daddr, 16);
+	__builtin_memcpy(host.addr, &ip6->daddr, 16);
 	key.prefixlen = 32 + 128;
 	key.set_id = bpf_htonl(set_id);
-	__builtin_memcpy(key.addr, &ip6.daddr, sizeof(key.addr));
+	__builtin_memcpy(key.addr, &ip6->daddr, sizeof(key.addr));
 	return decide(st, &v6_maps, &host, &key, flags);
 }
 
