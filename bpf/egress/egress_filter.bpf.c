@@ -77,8 +77,8 @@ struct {
 
 /*
  * The four tries of prefixes shorter than a host (userspace puts a /32 or
- * /128 in egress_hosts instead). The value is unused (a trie needs one): any entry
- * present means "matches". The kernel refuses LPM tries without
+ * /128 in egress_hosts instead). The value is unused (a trie needs one):
+ * any entry present means "matches". The kernel refuses LPM tries without
  * BPF_F_NO_PREALLOC.
  */
 #define KRT_EGRESS_TRIE(name, key_type)                                        \

@@ -174,8 +174,9 @@ struct krt_egress_host {
 };
 
 /*
- * LPM trie keys (prefixes shorter than a host: /0../31, /0../127). `prefixlen` counts the 32 bits of `set_id` plus the
- * address prefix, so every entry and every lookup pins the whole set id:
+ * LPM trie keys (prefixes shorter than a host: /0../31, /0../127).
+ * `prefixlen` counts the 32 bits of `set_id` plus the address prefix, so
+ * every entry and every lookup pins the whole set id:
  * one trie holds every set and a lookup never matches another set's entry.
  * The kernel compares the bytes after `prefixlen` as one big-endian bit
  * string, so `set_id` is stored big-endian too (for an exact 32-bit match
