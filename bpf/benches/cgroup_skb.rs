@@ -1,6 +1,7 @@
 //! ns per packet of the cgroup_skb programs, via `BPF_PROG_TEST_RUN`
 //! (needs root): the egress filter with 10, 1,000 and 100,000 entries
-//! (IPv4 and IPv6), the filter of a set naming domains (a learned address,
+//! (IPv4 /32 and IPv6 /128 host entries, IPv6 /64 prefixes; and a set of
+//! host entries only, which walks no trie), the filter of a set naming domains (a learned address,
 //! and one nothing taught), the DNS answer snooper (a datagram of a set
 //! naming no domain, and a response it learns from), the protocol
 //! classifier on a first segment and on a cached flow, and an empty
@@ -146,7 +147,7 @@ fn v4_entry(i: u32) -> Ipv4Addr {
     Ipv4Addr::from(i.wrapping_mul(0x9e37_79b1) ^ 0x0a00_0000)
 }
 
-/// The `i`th distinct IPv6 /64.
+/// The `i`th distinct IPv6 /64 (or the /128 of its first address).
 fn v6_entry(i: u32) -> Ipv6Addr {
     let x = i.wrapping_mul(0x9e37_79b1);
     Ipv6Addr::new(
@@ -188,21 +189,33 @@ fn main() {
         per_packet: floor_ns,
     });
 
-    // The egress filter: N entries in the allow list of the set, a default
-    // deny; the probe hits one allowed entry (deny miss, allow hit) and
-    // one address nothing allows (both misses, default deny).
-    for n in [10u32, 1_000, 100_000] {
-        for v6 in [false, true] {
-            let filter = EgressFilter::load().unwrap();
-            for i in 0..n {
-                let prefix = if v6 {
-                    Prefix::new(v6_entry(i).into(), 64).unwrap()
-                } else {
-                    Prefix::host(v4_entry(i).into())
-                };
-                filter.insert(SET, Verdict::Allow, prefix).unwrap();
-            }
-            // A deny entry, so the deny trie is not empty either.
+    // The egress filter: N entries in the allow list of the set (host
+    // entries, or /64 prefixes), a default deny and one deny prefix (so
+    // the deny trie is walked too); the probe hits one allowed entry
+    // (deny miss, allow hit) and one address nothing allows (both misses,
+    // default deny). Last, a set of host entries only: no trie at all.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Entries {
+        V4Hosts,
+        V6Hosts,
+        V6Nets,
+    }
+    let cases = [10u32, 1_000, 100_000]
+        .into_iter()
+        .flat_map(|n| [Entries::V4Hosts, Entries::V6Hosts, Entries::V6Nets].map(|e| (n, e, true)))
+        .chain([(100_000, Entries::V4Hosts, false)]);
+    for (n, entries, deny_prefix) in cases {
+        let v6 = entries != Entries::V4Hosts;
+        let filter = EgressFilter::load().unwrap();
+        for i in 0..n {
+            let prefix = match entries {
+                Entries::V4Hosts => Prefix::host(v4_entry(i).into()),
+                Entries::V6Hosts => Prefix::host(v6_entry(i).into()),
+                Entries::V6Nets => Prefix::new(v6_entry(i).into(), 64).unwrap(),
+            };
+            filter.insert(SET, Verdict::Allow, prefix).unwrap();
+        }
+        if deny_prefix {
             let deny: Prefix = if v6 {
                 "fd00:dead::/32"
             } else {
@@ -211,51 +224,56 @@ fn main() {
             .parse()
             .unwrap();
             filter.insert(SET, Verdict::Deny, deny).unwrap();
-            filter
-                .set_filter(
-                    cgroup,
-                    SET,
-                    FilterFlags {
-                        default_deny: true,
-                        observe: false,
-                        domains: false,
-                    },
-                )
-                .unwrap();
-            let hit = if v6 {
-                ipv6(
-                    Ipv6Addr::from(u128::from(v6_entry(n / 2)) | 0x1234),
-                    17,
-                    &udp(b"bench"),
-                )
-            } else {
-                ipv4(v4_entry(n / 2), 17, &udp(b"bench"))
-            };
-            let miss = if v6 {
-                ipv6(
-                    Ipv6Addr::new(0x2001, 0xdb9, 0, 0, 0, 0, 0, 1),
-                    17,
-                    &udp(b"bench"),
-                )
-            } else {
-                ipv4(Ipv4Addr::new(203, 0, 113, 1), 17, &udp(b"bench"))
-            };
-            let family = if v6 { "IPv6 /64" } else { "IPv4 /32" };
-            for (case, frame, want) in [("allowed", &hit, 1), ("default-denied", &miss, 0)] {
-                let runs: Vec<Duration> = (0..ROUNDS)
-                    .map(|_| {
-                        let r = filter.test_run_repeat(frame, REPEAT).unwrap();
-                        assert_eq!(r.verdict, want, "{family} {n} {case}");
-                        r.per_run
-                    })
-                    .collect();
-                rows.push(Row {
-                    name: format!("egress {family}, {n:>6} entries, {case}"),
-                    per_packet: median(runs),
-                });
-            }
-            filter.remove_cgroup(cgroup).unwrap();
         }
+        filter
+            .set_filter(
+                cgroup,
+                SET,
+                FilterFlags {
+                    default_deny: true,
+                    observe: false,
+                    domains: false,
+                },
+            )
+            .unwrap();
+        let hit = match entries {
+            Entries::V4Hosts => ipv4(v4_entry(n / 2), 17, &udp(b"bench")),
+            Entries::V6Hosts => ipv6(v6_entry(n / 2), 17, &udp(b"bench")),
+            Entries::V6Nets => ipv6(
+                Ipv6Addr::from(u128::from(v6_entry(n / 2)) | 0x1234),
+                17,
+                &udp(b"bench"),
+            ),
+        };
+        let miss = if v6 {
+            ipv6(
+                Ipv6Addr::new(0x2001, 0xdb9, 0, 0, 0, 0, 0, 1),
+                17,
+                &udp(b"bench"),
+            )
+        } else {
+            ipv4(Ipv4Addr::new(203, 0, 113, 1), 17, &udp(b"bench"))
+        };
+        let family = match entries {
+            Entries::V4Hosts => "IPv4 /32",
+            Entries::V6Hosts => "IPv6 /128",
+            Entries::V6Nets => "IPv6 /64",
+        };
+        let what = if deny_prefix { "entries" } else { "hosts only" };
+        for (case, frame, want) in [("allowed", &hit, 1), ("default-denied", &miss, 0)] {
+            let runs: Vec<Duration> = (0..ROUNDS)
+                .map(|_| {
+                    let r = filter.test_run_repeat(frame, REPEAT).unwrap();
+                    assert_eq!(r.verdict, want, "{family} {n} {what} {case}");
+                    r.per_run
+                })
+                .collect();
+            rows.push(Row {
+                name: format!("egress {family:<9} {n:>6} {what}, {case}"),
+                per_packet: median(runs),
+            });
+        }
+        filter.remove_cgroup(cgroup).unwrap();
     }
 
     // Domains: a set of 10 prefixes naming one domain under default deny;

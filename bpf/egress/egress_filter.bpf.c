@@ -6,13 +6,20 @@
  * Unlike the Go original (one object per pod), ONE loaded object is
  * attached to many container cgroups. `cgroup_filters` maps the cgroup of
  * the packet's socket to the filter set that applies to it; the set's
- * prefixes live in four LPM tries shared by all sets (allow/deny x
- * IPv4/IPv6), each key carrying its set id. A cgroup absent from
+ * host entries (IPv4 /32, IPv6 /128) live in one hash map, `egress_hosts`,
+ * and its shorter prefixes in four LPM tries (allow/deny x IPv4/IPv6), all
+ * shared by every set, each key carrying its set id. A cgroup absent from
  * cgroup_filters passes after that one lookup.
+ *
+ * Cost: a host entry is one hash lookup whatever the set's size; a trie
+ * is walked only when the set has prefixes in it (the HOSTS_* and
+ * DENY_* / ALLOW_* bits of the cgroup's flags say which), so a set of
+ * host entries only never walks a trie.
  *
  * Verdict, for a packet of a selected cgroup (1 = pass, 0 = drop):
  *
  *   1. a deny entry of the set matches the destination  -> drop
+ *      (a host entry or a prefix: "matches" means either)
  *   2. else an allow entry matches                      -> pass
  *   3. else the set is default deny                     -> drop
  *   4. else                                             -> pass
@@ -36,7 +43,9 @@
  *
  * Kernel portability: CO-RE, no kernel-version #ifdefs, no bpf_loop or
  * kfuncs, and only helpers that cgroup_skb programs may call on 5.10
- * (bpf_skb_cgroup_id, bpf_skb_load_bytes, map helpers).
+ * (bpf_skb_cgroup_id, bpf_skb_load_bytes, bpf_ktime_get_ns, map helpers);
+ * the IP header is read in place through skb->data, which cgroup_skb
+ * programs of a privileged loader may read since 5.0.
  */
 #include "common.h"
 #include <bpf/bpf_endian.h>
@@ -55,8 +64,21 @@
 /* cgroup_filters, egress_domains, egress_learned: see egress_maps.h. */
 
 /*
- * The four tries. The value is unused (a trie needs one): any entry
- * present means "matches". The kernel refuses LPM tries without
+ * The host entries of every set: (set, family, address) -> which lists
+ * hold it. An address on both lists carries both bits (and is denied).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_HOSTS);
+	__type(key, struct krt_egress_host_key);
+	__type(value, struct krt_egress_host);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} egress_hosts SEC(".maps");
+
+/*
+ * The four tries of prefixes shorter than a host (userspace puts a /32 or
+ * /128 in egress_hosts instead). The value is unused (a trie needs one):
+ * any entry present means "matches". The kernel refuses LPM tries without
  * BPF_F_NO_PREALLOC.
  */
 #define KRT_EGRESS_TRIE(name, key_type)                                        \
@@ -117,8 +139,10 @@ struct {
  */
 enum krt_egress_layout {
 	/* 2: egress_domains, egress_learned and egress_domain_rules; the
-	 * learned counters in stats. */
-	KRT_EGRESS_LAYOUT_VERSION = 2,
+	 * learned counters in stats.
+	 * 3: host entries in egress_hosts instead of the tries; the set's
+	 * occupancy bits in cgroup_filters' flags. */
+	KRT_EGRESS_LAYOUT_VERSION = 3,
 };
 
 /* The single element of `egress_meta`. */
@@ -129,7 +153,7 @@ struct krt_egress_meta {
 
 /* Ledger ceilings (hash maps without preallocation: ceilings only). */
 #define KRT_EGRESS_MAX_POLICIES (1 << 12)
-/* Prefixes over every policy: the four tries' budget. */
+/* Prefixes over every policy: the tries' and egress_hosts' budget. */
 #define KRT_EGRESS_MAX_LEDGER_RULES (1 << 20)
 /* (policy, cgroup) bindings. */
 #define KRT_EGRESS_MAX_BINDINGS (1 << 16)
@@ -247,7 +271,7 @@ static __always_inline void count(__u64 *counter)
 /* Adds one to the (set, family, destination, decision) counter. */
 static __always_inline void observe(struct krt_egress_stats *st, __u32 set_id,
 				    __u32 family, const __u8 *addr,
-				    __u32 addr_len, __u32 decision)
+				    __u32 decision)
 {
 	struct krt_egress_obs_key key;
 	__u64 one = 1, *n;
@@ -257,10 +281,8 @@ static __always_inline void observe(struct krt_egress_stats *st, __u32 set_id,
 	key.set_id = set_id;
 	key.decision = decision;
 	key.family = family;
-	if (addr_len == 4)
-		__builtin_memcpy(key.addr, addr, 4);
-	else
-		__builtin_memcpy(key.addr, addr, 16);
+	/* 16 bytes whatever the family: an IPv4 address is zero-padded. */
+	__builtin_memcpy(key.addr, addr, 16);
 
 	n = bpf_map_lookup_elem(&observations, &key);
 	if (n) {
@@ -290,21 +312,14 @@ static __always_inline void observe(struct krt_egress_stats *st, __u32 set_id,
  * the set for the destination, or 0: none, or expired. Only called for a
  * set naming domains.
  */
-static __always_inline __u32 learned_verdicts(struct krt_egress_stats *st,
-					      __u32 set_id, __u32 family,
-					      const __u8 *addr, __u32 addr_len)
+static __always_inline __u32
+learned_verdicts(struct krt_egress_stats *st,
+		 const struct krt_egress_host_key *key)
 {
-	struct krt_egress_learned_key key;
 	struct krt_egress_learned *l;
 
-	__builtin_memset(&key, 0, sizeof(key));
-	key.set_id = set_id;
-	key.family = family;
-	if (addr_len == 4)
-		__builtin_memcpy(key.addr, addr, 4);
-	else
-		__builtin_memcpy(key.addr, addr, 16);
-	l = bpf_map_lookup_elem(&egress_learned, &key);
+	/* The same layout (egress.h): the host key is the learned key. */
+	l = bpf_map_lookup_elem(&egress_learned, key);
 	if (!l)
 		return 0;
 	/* Read once: the snooper may refresh the entry concurrently. */
@@ -317,28 +332,56 @@ static __always_inline __u32 learned_verdicts(struct krt_egress_stats *st,
 }
 
 /*
- * Steps 1-4 of the verdict for a parsed destination, given the set's key
- * for it (the same key is looked up in the deny and then the allow trie)
- * and what DNS answers taught the set about it.
+ * The lookups each family makes: its trie pair and the flag bits saying
+ * whether the set has host entries or prefixes of that family.
  */
-static __always_inline int decide(struct krt_egress_stats *st, void *deny,
-				  void *allow, const void *key, __u32 set_id,
-				  __u32 flags, __u32 family, const __u8 *addr,
-				  __u32 addr_len)
+struct family_maps {
+	void *deny;
+	void *allow;
+	__u32 hosts_flag;
+	__u32 deny_flag;
+	__u32 allow_flag;
+};
+
+_Static_assert(sizeof(struct krt_egress_host_key) ==
+		       sizeof(struct krt_egress_learned_key),
+	       "one key serves egress_hosts and egress_learned");
+_Static_assert(__builtin_offsetof(struct krt_egress_host_key, addr) ==
+		       __builtin_offsetof(struct krt_egress_learned_key, addr),
+	       "one key serves egress_hosts and egress_learned");
+
+/*
+ * Steps 1-4 of the verdict for a parsed destination, given the set's host
+ * key for it (`host`, also the learned-address key) and its trie key
+ * (`trie_key`). Every lookup the set cannot match is skipped: the host
+ * map without host entries of the family, a trie without prefixes of the
+ * set, the learned addresses without domains.
+ */
+static __always_inline int decide(struct krt_egress_stats *st,
+				  const struct family_maps *m,
+				  const struct krt_egress_host_key *host,
+				  const void *trie_key, __u32 flags)
 {
-	__u32 decision, learned = 0;
+	struct krt_egress_host *h;
+	__u32 decision, verdicts = 0;
 	int verdict;
 
 	if (flags & KRT_EGRESS_FLAG_DOMAINS)
-		learned = learned_verdicts(st, set_id, family, addr, addr_len);
+		verdicts = learned_verdicts(st, host);
+	if (flags & m->hosts_flag) {
+		h = bpf_map_lookup_elem(&egress_hosts, host);
+		if (h)
+			verdicts |= h->verdicts;
+	}
 
-	if ((learned & KRT_EGRESS_DOMAIN_DENY) ||
-	    bpf_map_lookup_elem(deny, key)) {
+	if ((verdicts & KRT_EGRESS_DOMAIN_DENY) ||
+	    ((flags & m->deny_flag) && bpf_map_lookup_elem(m->deny, trie_key))) {
 		decision = KRT_EGRESS_DENIED;
 		verdict = SKB_DROP;
 		count(&st->denied);
-	} else if ((learned & KRT_EGRESS_DOMAIN_ALLOW) ||
-		   bpf_map_lookup_elem(allow, key)) {
+	} else if ((verdicts & KRT_EGRESS_DOMAIN_ALLOW) ||
+		   ((flags & m->allow_flag) &&
+		    bpf_map_lookup_elem(m->allow, trie_key))) {
 		decision = KRT_EGRESS_ALLOWED;
 		verdict = SKB_PASS;
 		count(&st->allowed);
@@ -358,7 +401,7 @@ static __always_inline int decide(struct krt_egress_stats *st, void *deny,
 	 * only cost when it is off: this test.
 	 */
 	if ((flags & KRT_EGRESS_FLAG_OBSERVE) || verdict == SKB_DROP)
-		observe(st, set_id, family, addr, addr_len, decision);
+		observe(st, host->set_id, host->family, host->addr, decision);
 	return verdict;
 }
 
@@ -374,23 +417,52 @@ static __always_inline int malformed(struct krt_egress_stats *st, __u32 flags)
 }
 
 /*
- * In a cgroup_skb program skb->data starts at the IP header. Headers are
- * copied with bpf_skb_load_bytes, which also reads a non-linear skb and
- * fails (instead of reading past the end) when the packet is shorter than
- * asked: that is how a truncated header is detected.
+ * The fixed IP header (`len` bytes), or NULL when the packet is shorter.
+ *
+ * In a cgroup_skb program skb->data starts at the IP header. When the
+ * skb's linear data holds the header (on real egress it always does: the
+ * stack writes the header there) it is read in place, with no helper call;
+ * otherwise it is copied into `copy` with bpf_skb_load_bytes, which also
+ * reads a non-linear skb and fails (instead of reading past the end) when
+ * the packet is shorter than asked: that is how a truncated header is
+ * detected. (Reading skb->data needs a privileged loader, which the
+ * daemon is, on every kernel this supports.)
  */
+static __always_inline const void *ip_header(struct __sk_buff *skb,
+					     void *copy, __u32 len)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+
+	if (data + len <= data_end)
+		return data;
+	if (bpf_skb_load_bytes(skb, 0, copy, len) < 0)
+		return NULL;
+	return copy;
+}
+
 static __always_inline int filter_v4(struct __sk_buff *skb,
 				     struct krt_egress_stats *st,
 				     __u32 set_id, __u32 flags)
 {
+	const struct family_maps v4_maps = {
+		.deny = &deny_v4,
+		.allow = &allow_v4,
+		.hosts_flag = KRT_EGRESS_FLAG_HOSTS_V4,
+		.deny_flag = KRT_EGRESS_FLAG_DENY_V4,
+		.allow_flag = KRT_EGRESS_FLAG_ALLOW_V4,
+	};
+	struct krt_egress_host_key host = {};
 	struct krt_egress_v4_key key = {};
-	struct iphdr ip;
+	const struct iphdr *ip;
+	struct iphdr copy;
 	__u8 version_ihl;
 
-	if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)) < 0)
+	ip = ip_header(skb, &copy, sizeof(copy));
+	if (!ip)
 		return malformed(st, flags);
 	/* The first byte, not the bitfields: their layout is endian-bound. */
-	version_ihl = *(__u8 *)&ip;
+	version_ihl = *(const __u8 *)ip;
 	if ((version_ihl >> 4) != 4 || (version_ihl & 0xf) < 5)
 		return malformed(st, flags);
 
@@ -401,23 +473,35 @@ static __always_inline int filter_v4(struct __sk_buff *skb,
 	 * source-routed packets by default, and like any IP-layer filter this
 	 * one judges the address the packet is sent to.
 	 */
+	host.set_id = set_id;
+	host.family = KRT_EGRESS_IPV4;
+	__builtin_memcpy(host.addr, &ip->daddr, 4);
 	key.prefixlen = 32 + 32;
 	key.set_id = bpf_htonl(set_id);
-	__builtin_memcpy(key.addr, &ip.daddr, sizeof(key.addr));
-	return decide(st, &deny_v4, &allow_v4, &key, set_id, flags,
-		      KRT_EGRESS_IPV4, key.addr, sizeof(key.addr));
+	__builtin_memcpy(key.addr, &ip->daddr, sizeof(key.addr));
+	return decide(st, &v4_maps, &host, &key, flags);
 }
 
 static __always_inline int filter_v6(struct __sk_buff *skb,
 				     struct krt_egress_stats *st,
 				     __u32 set_id, __u32 flags)
 {
+	const struct family_maps v6_maps = {
+		.deny = &deny_v6,
+		.allow = &allow_v6,
+		.hosts_flag = KRT_EGRESS_FLAG_HOSTS_V6,
+		.deny_flag = KRT_EGRESS_FLAG_DENY_V6,
+		.allow_flag = KRT_EGRESS_FLAG_ALLOW_V6,
+	};
+	struct krt_egress_host_key host = {};
 	struct krt_egress_v6_key key = {};
-	struct ipv6hdr ip6;
+	const struct ipv6hdr *ip6;
+	struct ipv6hdr copy;
 
-	if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)) < 0)
+	ip6 = ip_header(skb, &copy, sizeof(copy));
+	if (!ip6)
 		return malformed(st, flags);
-	if ((*(__u8 *)&ip6 >> 4) != 6)
+	if ((*(const __u8 *)ip6 >> 4) != 6)
 		return malformed(st, flags);
 
 	/*
@@ -434,11 +518,13 @@ static __always_inline int filter_v6(struct __sk_buff *skb,
 	 * sends IPv4 packets, which reach filter_v4: IPv4 destinations
 	 * belong in the IPv4 tries only.
 	 */
+	host.set_id = set_id;
+	host.family = KRT_EGRESS_IPV6;
+	__builtin_memcpy(host.addr, &ip6->daddr, 16);
 	key.prefixlen = 32 + 128;
 	key.set_id = bpf_htonl(set_id);
-	__builtin_memcpy(key.addr, &ip6.daddr, sizeof(key.addr));
-	return decide(st, &deny_v6, &allow_v6, &key, set_id, flags,
-		      KRT_EGRESS_IPV6, key.addr, sizeof(key.addr));
+	__builtin_memcpy(key.addr, &ip6->daddr, sizeof(key.addr));
+	return decide(st, &v6_maps, &host, &key, flags);
 }
 
 SEC("cgroup_skb/egress")

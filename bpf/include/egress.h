@@ -26,6 +26,13 @@
  * benchmark set next to every other pod's sets.
  */
 #define KRT_EGRESS_MAX_PREFIXES (1 << 18)
+/*
+ * Host entries (IPv4 /32, IPv6 /128) node-wide, allow and deny together,
+ * in one hash map: one lookup whatever their number. Not preallocated
+ * either, but a hash map's bucket array is allocated at creation: about
+ * 4 MiB for 2^18.
+ */
+#define KRT_EGRESS_MAX_HOSTS (1 << 18)
 /* Container cgroups on one node (pods x containers, with a wide margin). */
 #define KRT_EGRESS_MAX_CGROUPS (1 << 14)
 /*
@@ -70,9 +77,25 @@ enum krt_egress_flag {
 	 * learned. Without it neither does any work for the cgroup.
 	 */
 	KRT_EGRESS_FLAG_DOMAINS = 1 << 2,
+	/*
+	 * What the set holds, so the program skips a lookup that cannot
+	 * match: it has IPv4 (IPv6) host entries in egress_hosts, prefixes
+	 * in deny_v4, allow_v4, deny_v6, allow_v6. Never chosen by a
+	 * caller: the Rust handle keeps them current in every cgroup_filters
+	 * entry of the set as its entries come and go (see egress/mod.rs).
+	 */
+	KRT_EGRESS_FLAG_HOSTS_V4 = 1 << 3,
+	KRT_EGRESS_FLAG_HOSTS_V6 = 1 << 4,
+	KRT_EGRESS_FLAG_DENY_V4 = 1 << 5,
+	KRT_EGRESS_FLAG_ALLOW_V4 = 1 << 6,
+	KRT_EGRESS_FLAG_DENY_V6 = 1 << 7,
+	KRT_EGRESS_FLAG_ALLOW_V6 = 1 << 8,
 };
 
-/* Bits of krt_egress_domain.verdicts and krt_egress_learned.verdicts. */
+/*
+ * Bits of krt_egress_domain.verdicts, krt_egress_learned.verdicts and
+ * krt_egress_host.verdicts.
+ */
 enum krt_egress_domain_verdict {
 	/* Addresses answered for the name pass (like an allow entry). */
 	KRT_EGRESS_DOMAIN_ALLOW = 1 << 0,
@@ -132,8 +155,28 @@ struct krt_egress_filter {
 };
 
 /*
- * LPM trie keys. `prefixlen` counts the 32 bits of `set_id` plus the
- * address prefix, so every entry and every lookup pins the whole set id:
+ * Key of `egress_hosts`: a host entry (IPv4 /32, IPv6 /128) of a set. The
+ * layout of krt_egress_learned_key, so one key serves both lookups.
+ */
+struct krt_egress_host_key {
+	__u32 set_id; /* host byte order */
+	__u32 family; /* enum krt_egress_family */
+	/* Network byte order; an IPv4 address in the first 4 bytes, the rest
+	 * zero. */
+	__u8 addr[16];
+};
+
+/* Value of `egress_hosts`. */
+struct krt_egress_host {
+	/* enum krt_egress_domain_verdict bits: the address is on the set's
+	 * allow list, its deny list, or both (never 0: no bit, no entry). */
+	__u32 verdicts;
+};
+
+/*
+ * LPM trie keys (prefixes shorter than a host: /0../31, /0../127).
+ * `prefixlen` counts the 32 bits of `set_id` plus the address prefix, so
+ * every entry and every lookup pins the whole set id:
  * one trie holds every set and a lookup never matches another set's entry.
  * The kernel compares the bytes after `prefixlen` as one big-endian bit
  * string, so `set_id` is stored big-endian too (for an exact 32-bit match

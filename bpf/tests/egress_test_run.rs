@@ -381,6 +381,29 @@ const CASES: &[Case] = &[
     Case { name: "v4 /0 deny beats a /32 allow inside it", allow: &["192.0.2.1/32"], deny: &["0.0.0.0/0"], default_deny: false, frame: Frame::V4("192.0.2.1"), outcome: Parsed(Denied) },
     Case { name: "v4 /0 deny drops what no allow covers", allow: &["192.0.2.1/32"], deny: &["0.0.0.0/0"], default_deny: false, frame: Frame::V4("198.51.100.1"), outcome: Parsed(Denied) },
     Case { name: "v4 /32 deny beats a /24 allow around it", allow: &["192.0.2.0/24"], deny: &["192.0.2.66"], default_deny: true, frame: Frame::V4("192.0.2.66"), outcome: Parsed(Denied) },
+    // Host entries (in the host map) against prefixes (in the tries): the
+    // deny still wins whichever side is the host.
+    Case { name: "v4 /32 allow inside a /8 deny is dropped", allow: &["10.1.2.3/32"], deny: &["10.0.0.0/8"], default_deny: false, frame: Frame::V4("10.1.2.3"), outcome: Parsed(Denied) },
+    Case { name: "v4 /32 allow inside a /8 deny, default deny: dropped", allow: &["10.1.2.3/32"], deny: &["10.0.0.0/8"], default_deny: true, frame: Frame::V4("10.1.2.3"), outcome: Parsed(Denied) },
+    Case { name: "v4 /32 deny inside a /8 allow is dropped", allow: &["10.0.0.0/8"], deny: &["10.1.2.3/32"], default_deny: true, frame: Frame::V4("10.1.2.3"), outcome: Parsed(Denied) },
+    Case { name: "v4 /32 deny inside a /8 allow: its neighbour passes", allow: &["10.0.0.0/8"], deny: &["10.1.2.3/32"], default_deny: true, frame: Frame::V4("10.1.2.4"), outcome: Parsed(Allowed) },
+    Case { name: "v4 /32 allow with default deny passes", allow: &["10.1.2.3/32"], deny: NONE, default_deny: true, frame: Frame::V4("10.1.2.3"), outcome: Parsed(Allowed) },
+    Case { name: "v4 /32 allow with default deny: its neighbour drops", allow: &["10.1.2.3/32"], deny: NONE, default_deny: true, frame: Frame::V4("10.1.2.4"), outcome: Parsed(DefaultDenied) },
+    Case { name: "v4 /32 on both lists is denied", allow: &["10.1.2.3/32"], deny: &["10.1.2.3/32"], default_deny: true, frame: Frame::V4("10.1.2.3"), outcome: Parsed(Denied) },
+    Case { name: "v4 /31 (a prefix, not a host) allows both", allow: &["10.1.2.2/31"], deny: NONE, default_deny: true, frame: Frame::V4("10.1.2.3"), outcome: Parsed(Allowed) },
+    Case { name: "v4 prefixes only: inside the allow", allow: &["10.0.0.0/8"], deny: &["10.9.0.0/16"], default_deny: true, frame: Frame::V4("10.1.2.3"), outcome: Parsed(Allowed) },
+    Case { name: "v4 prefixes only: inside the deny", allow: &["10.0.0.0/8"], deny: &["10.9.0.0/16"], default_deny: true, frame: Frame::V4("10.9.2.3"), outcome: Parsed(Denied) },
+    Case { name: "v4 prefixes only: outside both", allow: &["10.0.0.0/8"], deny: &["10.9.0.0/16"], default_deny: true, frame: Frame::V4("11.1.2.3"), outcome: Parsed(DefaultDenied) },
+    Case { name: "v6 /128 allow inside a /32 deny is dropped", allow: &["2001:db8::7/128"], deny: &["2001:db8::/32"], default_deny: true, frame: Frame::V6("2001:db8::7"), outcome: Parsed(Denied) },
+    Case { name: "v6 /128 deny inside a /64 allow is dropped", allow: &["2001:db8::/64"], deny: &["2001:db8::7/128"], default_deny: true, frame: Frame::V6("2001:db8::7"), outcome: Parsed(Denied) },
+    Case { name: "v6 /128 deny inside a /64 allow: its neighbour passes", allow: &["2001:db8::/64"], deny: &["2001:db8::7/128"], default_deny: true, frame: Frame::V6("2001:db8::8"), outcome: Parsed(Allowed) },
+    Case { name: "v6 /128 allow with default deny passes", allow: &["2001:db8::7/128"], deny: NONE, default_deny: true, frame: Frame::V6("2001:db8::7"), outcome: Parsed(Allowed) },
+    Case { name: "v6 /128 allow with default deny: its neighbour drops", allow: &["2001:db8::7/128"], deny: NONE, default_deny: true, frame: Frame::V6("2001:db8::8"), outcome: Parsed(DefaultDenied) },
+    Case { name: "v6 /128 on both lists is denied", allow: &["2001:db8::7"], deny: &["2001:db8::7"], default_deny: false, frame: Frame::V6("2001:db8::7"), outcome: Parsed(Denied) },
+    Case { name: "v6 prefixes only: inside the deny", allow: &["2001:db8::/32"], deny: &["2001:db8:9::/48"], default_deny: true, frame: Frame::V6("2001:db8:9::1"), outcome: Parsed(Denied) },
+    Case { name: "v6 prefixes only: inside the allow", allow: &["2001:db8::/32"], deny: &["2001:db8:9::/48"], default_deny: true, frame: Frame::V6("2001:db8:8::1"), outcome: Parsed(Allowed) },
+    Case { name: "v4 hosts do not cover IPv6", allow: &["192.0.2.1"], deny: NONE, default_deny: true, frame: Frame::V6("::ffff:192.0.2.1"), outcome: Parsed(DefaultDenied) },
+    Case { name: "v6 hosts do not cover IPv4", allow: NONE, deny: &["::ffff:192.0.2.1", "::c000:201"], default_deny: false, frame: Frame::V4("192.0.2.1"), outcome: Parsed(Unmatched) },
     // Allow lists, with and without default deny.
     Case { name: "v4 default deny passes an allowed /24", allow: &["192.0.2.0/24", "198.51.100.7"], deny: NONE, default_deny: true, frame: Frame::V4("192.0.2.200"), outcome: Parsed(Allowed) },
     Case { name: "v4 default deny passes an allowed /32", allow: &["192.0.2.0/24", "198.51.100.7"], deny: NONE, default_deny: true, frame: Frame::V4("198.51.100.7"), outcome: Parsed(Allowed) },
@@ -636,6 +659,134 @@ fn two_sets_do_not_leak_into_each_other() {
 }
 
 #[test]
+fn host_entries_of_another_set_do_not_match() {
+    let _g = shared();
+    let f = EgressFilter::load().unwrap();
+    let me = own_cgroup_id();
+    // Set 1 allows 192.0.2.1 and 2001:db8::1 and denies .2 and ::2; set 2
+    // has host entries too (so its lookups happen), of other addresses,
+    // and set 3 has prefixes only.
+    for (set, verdict, p) in [
+        (1, Verdict::Allow, "192.0.2.1"),
+        (1, Verdict::Allow, "2001:db8::1"),
+        (1, Verdict::Deny, "192.0.2.2"),
+        (1, Verdict::Deny, "2001:db8::2"),
+        (2, Verdict::Allow, "192.0.2.9"),
+        (2, Verdict::Allow, "2001:db8::9"),
+        (3, Verdict::Allow, "198.51.100.0/24"),
+        (3, Verdict::Allow, "2001:db9::/64"),
+    ] {
+        f.insert(set, verdict, p.parse().unwrap()).unwrap();
+    }
+    let strict = FilterFlags {
+        default_deny: true,
+        ..FilterFlags::default()
+    };
+    let run = |dst: &'static str| {
+        let frame = if dst.contains(':') {
+            Frame::V6(dst)
+        } else {
+            Frame::V4(dst)
+        };
+        f.test_run(&frame.bytes()).unwrap()
+    };
+    f.set_filter(me, 1, strict).unwrap();
+    for dst in ["192.0.2.1", "2001:db8::1"] {
+        assert_eq!(run(dst), PASS, "set 1 allows {dst}");
+    }
+    for dst in ["192.0.2.2", "2001:db8::2", "192.0.2.9", "2001:db8::9"] {
+        assert_eq!(run(dst), DROP, "set 1 {dst}");
+    }
+    for set in [2, 3] {
+        f.set_filter(me, set, strict).unwrap();
+        for dst in ["192.0.2.1", "2001:db8::1"] {
+            assert_eq!(run(dst), DROP, "set 1's allow of {dst} stays in set 1");
+        }
+    }
+    f.set_filter(me, 2, FilterFlags::default()).unwrap();
+    for dst in ["192.0.2.2", "2001:db8::2"] {
+        assert_eq!(run(dst), PASS, "set 1's deny of {dst} stays in set 1");
+    }
+    let stats = f.read_stats().unwrap();
+    assert_eq!(stats.packets(), 12, "{stats:?}");
+    assert_eq!((stats.allowed, stats.unmatched), (2, 2), "{stats:?}");
+    assert_eq!((stats.denied, stats.default_denied), (2, 6), "{stats:?}");
+}
+
+/// Entries inserted after the cgroup is programmed, and removed again,
+/// are seen at once: the set's occupancy bits in `cgroup_filters` follow
+/// them, whatever the order of set_filter and insert.
+#[test]
+fn entries_count_from_the_first_and_stop_at_the_last() {
+    let _g = shared();
+    let f = EgressFilter::load().unwrap();
+    let me = own_cgroup_id();
+    let run = |dst: &'static str| {
+        let frame = if dst.contains(':') {
+            Frame::V6(dst)
+        } else {
+            Frame::V4(dst)
+        };
+        f.test_run(&frame.bytes()).unwrap()
+    };
+    f.set_filter(me, 8, FilterFlags::default()).unwrap();
+    let host: Prefix = "192.0.2.1".parse().unwrap();
+    let host6: Prefix = "2001:db8::1".parse().unwrap();
+    let net: Prefix = "192.0.2.0/24".parse().unwrap();
+    let net6: Prefix = "2001:db8::/64".parse().unwrap();
+    for (p, dst) in [
+        (host, "192.0.2.1"),
+        (net, "192.0.2.1"),
+        (host6, "2001:db8::1"),
+        (net6, "2001:db8::1"),
+    ] {
+        assert_eq!(run(dst), PASS, "{p} not yet there");
+        f.insert(8, Verdict::Deny, p).unwrap();
+        assert_eq!(run(dst), DROP, "{p} denies from its insert on");
+        assert!(f.remove(8, Verdict::Deny, p).unwrap());
+        assert_eq!(run(dst), PASS, "{p} removed");
+    }
+    // Two host entries: removing one keeps the other's lookup.
+    let other: Prefix = "192.0.2.2".parse().unwrap();
+    f.insert(8, Verdict::Deny, host).unwrap();
+    f.insert(8, Verdict::Deny, other).unwrap();
+    assert!(f.remove(8, Verdict::Deny, host).unwrap());
+    assert_eq!(run("192.0.2.2"), DROP, "the other host entry still counts");
+    // An address on both lists: taking it off the deny list leaves the
+    // allow, under default deny.
+    f.insert(8, Verdict::Allow, other).unwrap();
+    let strict = FilterFlags {
+        default_deny: true,
+        ..FilterFlags::default()
+    };
+    f.set_filter(me, 8, strict).unwrap();
+    assert_eq!(run("192.0.2.2"), DROP, "on both lists: denied");
+    assert!(f.remove(8, Verdict::Deny, other).unwrap());
+    assert!(!f.remove(8, Verdict::Deny, other).unwrap(), "already off");
+    assert_eq!(run("192.0.2.2"), PASS, "still on the allow list");
+    assert!(f.remove(8, Verdict::Allow, other).unwrap());
+    assert_eq!(run("192.0.2.2"), DROP, "on no list: default deny");
+    // A second cgroup programmed before the set gets entries sees them too.
+    f.set_filter(me + 1, 9, strict).unwrap();
+    f.set_filter(me, 9, strict).unwrap();
+    f.insert(9, Verdict::Allow, host6).unwrap();
+    assert_eq!(run("2001:db8::1"), PASS);
+    // The entries read back as prefixes, hosts and tries alike.
+    f.insert(9, Verdict::Deny, net).unwrap();
+    f.insert(9, Verdict::Allow, host).unwrap();
+    f.insert(9, Verdict::Deny, host).unwrap();
+    let state = f.read_state().unwrap();
+    let set = &state.sets[&9];
+    assert_eq!(set.allow, [host, host6].into());
+    assert_eq!(set.deny, [host, net].into());
+    assert_eq!(
+        state.filters[&me],
+        (9, strict),
+        "occupancy bits are not flags"
+    );
+}
+
+#[test]
 fn observations_count_per_destination_and_drain_resets_them() {
     let _g = shared();
     let observe = FilterFlags {
@@ -876,7 +1027,8 @@ fn loading_restores_the_callers_libbpf_print_callback() {
     let _g = exclusive();
     fn mine(_: libbpf_rs::PrintLevel, _: String) {}
     let before = libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, mine)));
-    drop(EgressFilter::load().unwrap());
+    // Loaded and dropped at once: only the callback around it matters.
+    EgressFilter::load().unwrap();
     let after = libbpf_rs::get_print().map(|(level, _)| level);
     libbpf_rs::set_print(before);
     assert_eq!(after, Some(libbpf_rs::PrintLevel::Debug));

@@ -173,7 +173,9 @@ fn enforcement_survives_a_restart_and_converges_by_diffs() {
     let pins = bpffs.pins();
     let cg = TempCgroup::new("egress-restart", "survive");
 
-    // The first daemon: two deny policies on one pod.
+    // The first daemon: two deny policies on one pod, each with host
+    // entries (in the host map) and a prefix (in a trie), so the adopted
+    // state and the program's per-set lookups cover both.
     let before = {
         let backend = EgressEnforcer::load_pinned(&pins).unwrap();
         assert_eq!(backend.kernel().filter().pin_outcome(), &PinOutcome::Fresh);
@@ -182,14 +184,18 @@ fn enforcement_survives_a_restart_and_converges_by_diffs() {
         // deny-2 names a domain too: its entry, the snooper's link and
         // what it learned are pinned with the rest.
         for (id, deny) in [
-            ("deny-2", &["127.0.0.2/32", "denied.test"][..]),
-            ("deny-3", &["127.0.0.3"][..]),
+            (
+                "deny-2",
+                &["127.0.0.2/32", "127.0.0.8/29", "denied.test"][..],
+            ),
+            ("deny-3", &["127.0.0.3", "127.0.0.16/29"][..]),
         ] {
             let out = m.upsert_policy(policy(id, &[], deny));
             assert!(out.failures.is_empty(), "{:?}", out.failures);
         }
-        assert!(!connects(&cg, "127.0.0.2"));
-        assert!(!connects(&cg, "127.0.0.3"));
+        for denied in ["127.0.0.2", "127.0.0.3", "127.0.0.9", "127.0.0.17"] {
+            assert!(!connects(&cg, denied), "{denied}");
+        }
         assert!(connects(&cg, "127.0.0.1"));
         m.programmed().clone()
         // The daemon exits: every fd of the manager's backend is closed.
@@ -200,12 +206,28 @@ fn enforcement_survives_a_restart_and_converges_by_diffs() {
         EgressFilter::pinned_layout_version(&pins).unwrap(),
         Some(LAYOUT_VERSION)
     );
-    assert!(
-        !connects(&cg, "127.0.0.2"),
-        "the deny holds with no process holding the objects"
-    );
-    assert!(!connects(&cg, "127.0.0.3"));
+    for denied in ["127.0.0.2", "127.0.0.3", "127.0.0.9", "127.0.0.17"] {
+        assert!(
+            !connects(&cg, denied),
+            "the deny of {denied} holds with no process holding the objects"
+        );
+    }
     assert!(connects(&cg, "127.0.0.1"));
+    // The host entries are in the host map and the prefixes in the tries,
+    // and both read back as the prefixes the policies named.
+    let pinned = EgressFilter::read_pinned_state(&pins).unwrap();
+    let set = pinned.sets.values().next().unwrap();
+    let deny: Vec<String> = set.deny.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        deny,
+        [
+            "127.0.0.2/32",
+            "127.0.0.3/32",
+            "127.0.0.8/29",
+            "127.0.0.16/29"
+        ],
+        "{pinned:?}"
+    );
 
     // The next daemon adopts the pins: held() is what the first one held,
     // rebuilt from the maps, and adopting wrote nothing.
@@ -225,7 +247,11 @@ fn enforcement_survives_a_restart_and_converges_by_diffs() {
     assert_eq!(m.programmed(), &before);
     // The same pod and the surviving policy: no change, so no kernel write.
     assert!(m.upsert_pod(pod("pod-1", &cg)).is_empty());
-    let out = m.upsert_policy(policy("deny-2", &[], &["127.0.0.2/32", "denied.test"]));
+    let out = m.upsert_policy(policy(
+        "deny-2",
+        &[],
+        &["127.0.0.2/32", "127.0.0.8/29", "denied.test"],
+    ));
     assert!(out.failures.is_empty(), "{:?}", out.failures);
     assert_eq!(m.backend().kernel().mutations(), 0, "nothing to change");
     assert_eq!(
@@ -236,13 +262,28 @@ fn enforcement_survives_a_restart_and_converges_by_diffs() {
     assert_eq!(m.programmed(), &before);
     assert!(!connects(&cg, "127.0.0.2"));
     // deny-3 was deleted while no daemon ran: kept until the reconcile,
-    // which removes it.
+    // which removes it. Its host entry and its prefix go, deny-2's stay:
+    // the adopted filter knows the set still has both kinds of entry.
     assert!(!connects(&cg, "127.0.0.3"), "kept until the reconcile");
+    assert!(!connects(&cg, "127.0.0.17"), "kept until the reconcile");
     assert!(m.reconcile_adopted().is_empty());
     assert!(!m.programmed().contains_key(&pid("deny-3")));
     assert!(connects(&cg, "127.0.0.3"), "deny-3 is gone");
+    assert!(connects(&cg, "127.0.0.17"), "deny-3 is gone");
     assert!(!connects(&cg, "127.0.0.2"), "deny-2 still holds");
+    assert!(!connects(&cg, "127.0.0.9"), "deny-2 still holds");
     assert!(connects(&cg, "127.0.0.1"));
+    // A monitor policy reprograms the cgroup's flags (observe): the
+    // adopted filter still knows which lookups its set needs.
+    let out = m.upsert_policy(NetworkPolicy {
+        mode: Mode::Monitor,
+        ..policy("watch-4", &["127.0.0.0/8"], &[])
+    });
+    assert!(out.failures.is_empty(), "{:?}", out.failures);
+    let state = m.backend().kernel().filter().read_state().unwrap();
+    assert!(state.filters[&cg.id()].1.observe, "{state:?}");
+    assert!(!connects(&cg, "127.0.0.2"), "deny-2 still holds");
+    assert!(!connects(&cg, "127.0.0.9"), "deny-2 still holds");
     let held_now = m.backend().held().unwrap();
     drop(m);
 

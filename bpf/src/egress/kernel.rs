@@ -7,11 +7,12 @@
 //! The maps are kept as [`MapHandle`]s (owned fds); the skeleton still
 //! supplies every layout (`key.rs`). No `unsafe` here.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::net::IpAddr;
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use libbpf_rs::query::LinkTypeInfo;
@@ -40,6 +41,7 @@ const ALLOW_V4: &str = "allow_v4";
 const DENY_V4: &str = "deny_v4";
 const ALLOW_V6: &str = "allow_v6";
 const DENY_V6: &str = "deny_v6";
+const HOSTS: &str = "egress_hosts";
 const OBSERVATIONS: &str = "observations";
 const STATS: &str = "stats";
 const META: &str = "egress_meta";
@@ -57,12 +59,13 @@ const SNOOP_STATS: &str = "snoop_stats";
 const SHARED_WITH_SNOOP: [&str; 3] = [CGROUP_FILTERS, DOMAINS, LEARNED];
 
 /// Every map pinned: all of the object's but libbpf's internal `.bss`.
-const PINNED_MAPS: [&str; 14] = [
+const PINNED_MAPS: [&str; 15] = [
     CGROUP_FILTERS,
     ALLOW_V4,
     DENY_V4,
     ALLOW_V6,
     DENY_V6,
+    HOSTS,
     OBSERVATIONS,
     STATS,
     META,
@@ -89,6 +92,7 @@ pub(super) struct Filter {
     deny_v4: Map,
     allow_v6: Map,
     deny_v6: Map,
+    hosts: Map,
     observations: Map,
     stats: Map,
     meta: Map,
@@ -98,6 +102,8 @@ pub(super) struct Filter {
     domains: Map,
     learned: Map,
     domain_rules: Map,
+    /// What the occupancy bits of `cgroup_filters` are computed from.
+    occupancy: Mutex<Occupancy>,
     /// The DNS answer snooper over this filter's maps, or why the kernel
     /// refused it.
     snoop: std::result::Result<Snoop, EgressError>,
@@ -108,6 +114,57 @@ pub(super) struct Filter {
     pinned_links: PinnedLinks,
     /// Keeps the program loaded (the maps are held by their own fds).
     object: Object,
+}
+
+/// What the handle knows of every set's entries and of the cgroups using
+/// each set, to keep the occupancy bits of their `cgroup_filters` entries
+/// (`key::Slot`) current: the program skips the host map, or a trie, that
+/// the cgroup's flags say its set has no entries in.
+///
+/// A bit is set on every cgroup of the set *before* the set's first entry
+/// of its slot is written, and cleared after its last one is removed, so a
+/// set's entry is never skipped; a bit left over (a failed clear) costs a
+/// lookup that misses, never a verdict. Every write of the entry maps and
+/// of `cgroup_filters` happens under the lock, in that order.
+#[derive(Debug, Default)]
+struct Occupancy {
+    /// Entries per set, by `Slot::index` (an `egress_hosts` key on both
+    /// lists counts once).
+    counts: HashMap<u32, [u32; 6]>,
+    /// `cgroup_filters` as written: cgroup id to its set and flags.
+    cgroups: HashMap<u64, (u32, FilterFlags)>,
+}
+
+impl Occupancy {
+    /// The occupancy bits of set `set_id`.
+    fn bits(&self, set_id: u32) -> u32 {
+        let Some(counts) = self.counts.get(&set_id) else {
+            return 0;
+        };
+        key::Slot::ALL
+            .iter()
+            .filter(|slot| counts[slot.index()] > 0)
+            .fold(0, |bits, slot| bits | slot.flag())
+    }
+
+    fn count(&self, set_id: u32, slot: key::Slot) -> u32 {
+        self.counts.get(&set_id).map_or(0, |c| c[slot.index()])
+    }
+
+    fn added(&mut self, set_id: u32, slot: key::Slot) {
+        let n = &mut self.counts.entry(set_id).or_default()[slot.index()];
+        *n = n.saturating_add(1);
+    }
+
+    fn removed(&mut self, set_id: u32, slot: key::Slot) {
+        if let Some(counts) = self.counts.get_mut(&set_id) {
+            let n = &mut counts[slot.index()];
+            *n = n.saturating_sub(1);
+            if counts.iter().all(|n| *n == 0) {
+                self.counts.remove(&set_id);
+            }
+        }
+    }
 }
 
 /// A map with the name its errors report.
@@ -139,6 +196,16 @@ impl Map {
         self.handle
             .update(key, value, MapFlags::ANY)
             .map_err(|e| self.err("update", &e))
+    }
+
+    /// Inserts `key` unless it is there (for an LPM trie: that exact
+    /// prefix); whether it was inserted.
+    fn insert_new(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        match self.handle.update(key, value, MapFlags::NO_EXIST) {
+            Ok(()) => Ok(true),
+            Err(e) if errno(&e) == Some(libc::EEXIST) => Ok(false),
+            Err(e) => Err(self.err("update", &e)),
+        }
     }
 
     fn lookup(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -472,7 +539,9 @@ impl Filter {
             None if adopting => PinOutcome::Adopted,
             None => PinOutcome::Fresh,
         };
-        if !adopting {
+        if adopting {
+            filter.adopt_occupancy()?;
+        } else {
             // Written last: maps pinned without it read as an incomplete
             // set and are discarded by the next load.
             filter
@@ -510,6 +579,7 @@ impl Filter {
             deny_v4: map(DENY_V4)?,
             allow_v6: map(ALLOW_V6)?,
             deny_v6: map(DENY_V6)?,
+            hosts: map(HOSTS)?,
             observations: map(OBSERVATIONS)?,
             stats: map(STATS)?,
             meta: map(META)?,
@@ -519,6 +589,7 @@ impl Filter {
             domains: map(DOMAINS)?,
             learned: map(LEARNED)?,
             domain_rules: map(DOMAIN_RULES)?,
+            occupancy: Mutex::default(),
             snoop: Err(EgressError::SnoopUnavailable {
                 reason: "not loaded yet".to_owned(),
             }),
@@ -716,6 +787,7 @@ impl Filter {
             deny_v4: &self.deny_v4,
             allow_v6: &self.allow_v6,
             deny_v6: &self.deny_v6,
+            hosts: &self.hosts,
             policies: &self.policies,
             rules: &self.rules,
             bindings: &self.bindings,
@@ -744,13 +816,14 @@ impl Filter {
             open(DENY_V4)?,
             open(ALLOW_V6)?,
             open(DENY_V6)?,
+            open(HOSTS)?,
             open(POLICIES)?,
             open(RULES)?,
             open(BINDINGS)?,
             open(DOMAINS)?,
             open(DOMAIN_RULES)?,
         ];
-        let [cgroup_filters, allow_v4, deny_v4, allow_v6, deny_v6, policies, rules, bindings, domains, domain_rules] =
+        let [cgroup_filters, allow_v4, deny_v4, allow_v6, deny_v6, hosts, policies, rules, bindings, domains, domain_rules] =
             &maps;
         StateMaps {
             cgroup_filters,
@@ -758,6 +831,7 @@ impl Filter {
             deny_v4,
             allow_v6,
             deny_v6,
+            hosts,
             policies,
             rules,
             bindings,
@@ -775,6 +849,7 @@ struct StateMaps<'a> {
     deny_v4: &'a Map,
     allow_v6: &'a Map,
     deny_v6: &'a Map,
+    hosts: &'a Map,
     policies: &'a Map,
     rules: &'a Map,
     bindings: &'a Map,
@@ -806,6 +881,20 @@ impl StateMaps<'_> {
                     Verdict::Allow => set.allow.insert(prefix),
                     Verdict::Deny => set.deny.insert(prefix),
                 };
+            }
+        }
+        let map = self.hosts;
+        for k in map.keys() {
+            // Gone since the walk listed it: nothing to adopt.
+            let Some(v) = map.lookup(&k)? else { continue };
+            let (set_id, prefix, lists) = key::decode_host(&k, &v)
+                .ok_or_else(|| map.layout(format!("an entry {k:02x?} => {v:02x?}")))?;
+            let set = state.sets.entry(set_id).or_default();
+            if lists.allow {
+                set.allow.insert(prefix);
+            }
+            if lists.deny {
+                set.deny.insert(prefix);
             }
         }
         let map = self.policies;
@@ -1073,28 +1162,210 @@ impl Filter {
         }
     }
 
+    fn occupancy(&self) -> MutexGuard<'_, Occupancy> {
+        // A panic under the lock cannot leave it half-updated in a way
+        // that matters: at worst a count is off, which costs lookups.
+        self.occupancy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Rewrites the `cgroup_filters` entry of every cgroup of set
+    /// `set_id` with occupancy bits `bits`.
+    fn refresh(&self, occupancy: &Occupancy, set_id: u32, bits: u32) -> Result<()> {
+        let mut result = Ok(());
+        for (cgroup_id, (set, flags)) in &occupancy.cgroups {
+            if *set != set_id {
+                continue;
+            }
+            let written = self.cgroup_filters.update(
+                &key::cgroup_key(*cgroup_id),
+                &key::filter_value(set_id, *flags, bits),
+            );
+            if result.is_ok() {
+                result = written;
+            }
+        }
+        result
+    }
+
+    /// Rebuilds the occupancy from adopted maps (the entries and
+    /// `cgroup_filters` a previous daemon wrote), and rewrites the bits of
+    /// every cgroup whose entry does not have the ones it gives: whatever
+    /// a daemon stopped between an entry and its bits left behind is
+    /// mended here (and nothing is written otherwise).
+    fn adopt_occupancy(&self) -> Result<()> {
+        let mut occupancy = Occupancy::default();
+        let mut written = HashMap::new();
+        let map = &self.cgroup_filters;
+        for k in map.keys() {
+            let Some(v) = map.lookup(&k)? else { continue };
+            let (id, set_id, flags) = key::decode_filter(&k, &v)
+                .ok_or_else(|| map.layout(format!("an entry {k:02x?} => {v:02x?}")))?;
+            occupancy.cgroups.insert(id, (set_id, flags));
+            written.insert(id, v);
+        }
+        // Counted by the map an entry is in, whatever its length: that is
+        // where the program has to look for it.
+        for (map, v6, slot) in [
+            (&self.deny_v4, false, key::Slot::DenyV4),
+            (&self.allow_v4, false, key::Slot::AllowV4),
+            (&self.deny_v6, true, key::Slot::DenyV6),
+            (&self.allow_v6, true, key::Slot::AllowV6),
+        ] {
+            for k in map.keys() {
+                let (set_id, _) = key::decode_trie_key(&k, v6)
+                    .ok_or_else(|| map.layout(format!("an undecodable key {k:02x?}")))?;
+                occupancy.added(set_id, slot);
+            }
+        }
+        let map = &self.hosts;
+        for k in map.keys() {
+            let Some(v) = map.lookup(&k)? else { continue };
+            let (set_id, prefix, _) = key::decode_host(&k, &v)
+                .ok_or_else(|| map.layout(format!("an entry {k:02x?} => {v:02x?}")))?;
+            let slot = if prefix.addr().is_ipv4() {
+                key::Slot::HostsV4
+            } else {
+                key::Slot::HostsV6
+            };
+            occupancy.added(set_id, slot);
+        }
+        for (cgroup_id, (set_id, flags)) in &occupancy.cgroups {
+            let value = key::filter_value(*set_id, *flags, occupancy.bits(*set_id));
+            if written.get(cgroup_id) != Some(&value) {
+                self.cgroup_filters
+                    .update(&key::cgroup_key(*cgroup_id), &value)?;
+            }
+        }
+        *self.occupancy() = occupancy;
+        Ok(())
+    }
+
     pub(super) fn set_filter(&self, cgroup_id: u64, set_id: u32, flags: FilterFlags) -> Result<()> {
         if cgroup_id == 0 {
             return Err(EgressError::InvalidCgroupId);
         }
+        let mut occupancy = self.occupancy();
         self.cgroup_filters.update(
             &key::cgroup_key(cgroup_id),
-            &key::filter_value(set_id, flags),
-        )
+            &key::filter_value(set_id, flags, occupancy.bits(set_id)),
+        )?;
+        occupancy.cgroups.insert(cgroup_id, (set_id, flags));
+        Ok(())
     }
 
     pub(super) fn remove_cgroup(&self, cgroup_id: u64) -> Result<bool> {
-        self.cgroup_filters.delete(&key::cgroup_key(cgroup_id))
+        let mut occupancy = self.occupancy();
+        let removed = self.cgroup_filters.delete(&key::cgroup_key(cgroup_id))?;
+        occupancy.cgroups.remove(&cgroup_id);
+        Ok(removed)
     }
 
     pub(super) fn insert(&self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<()> {
-        self.trie(verdict, &prefix)
-            .update(&key::trie_key(set_id, &prefix), &key::TRIE_VALUE)
+        let slot = key::Slot::of(verdict, &prefix);
+        let mut occupancy = self.occupancy();
+        let before = occupancy.bits(set_id);
+        // The bit first (see Occupancy): a failure here leaves at most a
+        // bit without an entry.
+        if before & slot.flag() == 0 {
+            self.refresh(&occupancy, set_id, before | slot.flag())?;
+        }
+        let inserted = if key::is_host(&prefix) {
+            self.insert_host(set_id, verdict, prefix.addr())
+        } else {
+            self.trie(verdict, &prefix)
+                .insert_new(&key::trie_key(set_id, &prefix), &key::TRIE_VALUE)
+        };
+        // An entry found there already is counted too if the counts did
+        // not know it (they always should: see adopt_occupancy), so its
+        // bit stays.
+        if let Ok(created) = inserted {
+            if created || occupancy.count(set_id, slot) == 0 {
+                occupancy.added(set_id, slot);
+            }
+        }
+        let after = occupancy.bits(set_id);
+        if after != before | slot.flag() {
+            // Nothing was inserted (a full map): the bit goes again. Best
+            // effort, the insert's error is the one to report; a bit left
+            // costs a lookup.
+            let _ = self.refresh(&occupancy, set_id, after);
+        }
+        inserted.map(|_| ())
+    }
+
+    /// Puts `addr` on list `verdict` of set `set_id` in `egress_hosts`;
+    /// whether that created the key (it may hold the other list already).
+    fn insert_host(&self, set_id: u32, verdict: Verdict, addr: IpAddr) -> Result<bool> {
+        let key = key::host_key(set_id, addr);
+        let mut lists = DomainVerdicts {
+            allow: verdict == Verdict::Allow,
+            deny: verdict == Verdict::Deny,
+        };
+        if self.hosts.insert_new(&key, &key::host_value(lists))? {
+            return Ok(true);
+        }
+        let current = self.hosts.lookup(&key)?;
+        if let Some(v) = &current {
+            let held = key::decode_host_value(v)
+                .ok_or_else(|| self.hosts.layout(format!("a value {v:02x?}")))?;
+            if (held.allow || !lists.allow) && (held.deny || !lists.deny) {
+                return Ok(false);
+            }
+            lists.allow |= held.allow;
+            lists.deny |= held.deny;
+        }
+        self.hosts.update(&key, &key::host_value(lists))?;
+        Ok(current.is_none())
     }
 
     pub(super) fn remove(&self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<bool> {
-        self.trie(verdict, &prefix)
-            .delete(&key::trie_key(set_id, &prefix))
+        let slot = key::Slot::of(verdict, &prefix);
+        let mut occupancy = self.occupancy();
+        let (removed, key_gone) = if key::is_host(&prefix) {
+            self.remove_host(set_id, verdict, prefix.addr())?
+        } else {
+            let removed = self
+                .trie(verdict, &prefix)
+                .delete(&key::trie_key(set_id, &prefix))?;
+            (removed, removed)
+        };
+        if key_gone {
+            occupancy.removed(set_id, slot);
+            if occupancy.count(set_id, slot) == 0 {
+                // The bit after the entry (see Occupancy). Best effort:
+                // the entry is gone, which is what the caller asked; a bit
+                // left costs a lookup that misses.
+                let _ = self.refresh(&occupancy, set_id, occupancy.bits(set_id));
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Takes `addr` off list `verdict` of set `set_id` in `egress_hosts`:
+    /// whether it was on it, and whether the key went with it (it was on
+    /// no other list).
+    fn remove_host(&self, set_id: u32, verdict: Verdict, addr: IpAddr) -> Result<(bool, bool)> {
+        let key = key::host_key(set_id, addr);
+        let Some(v) = self.hosts.lookup(&key)? else {
+            return Ok((false, false));
+        };
+        let mut lists = key::decode_host_value(&v)
+            .ok_or_else(|| self.hosts.layout(format!("a value {v:02x?}")))?;
+        let held = match verdict {
+            Verdict::Allow => std::mem::take(&mut lists.allow),
+            Verdict::Deny => std::mem::take(&mut lists.deny),
+        };
+        if !held {
+            return Ok((false, false));
+        }
+        if lists.is_empty() {
+            let gone = self.hosts.delete(&key)?;
+            return Ok((true, gone));
+        }
+        self.hosts.update(&key, &key::host_value(lists))?;
+        Ok((true, false))
     }
 
     pub(super) fn read_stats(&self) -> Result<Stats> {

@@ -39,6 +39,8 @@ type DomainVerdict = types::krt_egress_domain_verdict;
 type LearnedKey = types::krt_egress_learned_key;
 type LearnedValue = types::krt_egress_learned;
 type DomainRuleKey = types::krt_egress_domain_rule_key;
+type HostKey = types::krt_egress_host_key;
+type HostValue = types::krt_egress_host;
 type SnoopStatsValue = crate::skel::dnssnoop::snoop::types::krt_dns_snoop_stats;
 
 /// `KRT_EGRESS_LAYOUT_VERSION` in `egress_filter.bpf.c`, which the public constant
@@ -60,6 +62,12 @@ const _: () = {
     assert!(size_of::<DomainRuleKey>() == POLICY_ID_LEN + 4 + DOMAIN_KEY_LEN);
     assert!(size_of::<LearnedKey>() == 24);
     assert!(size_of::<LearnedValue>() == 16);
+    // The program looks up egress_learned with its egress_hosts key.
+    assert!(size_of::<HostKey>() == size_of::<LearnedKey>());
+    assert!(offset_of!(HostKey, set_id) == offset_of!(LearnedKey, set_id));
+    assert!(offset_of!(HostKey, family) == offset_of!(LearnedKey, family));
+    assert!(offset_of!(HostKey, addr) == offset_of!(LearnedKey, addr));
+    assert!(size_of::<HostValue>() == 4);
 };
 
 /// Bits of the set id that every trie key's `prefixlen` counts first.
@@ -102,6 +110,138 @@ pub(super) fn trie_key(set_id: u32, prefix: &Prefix) -> Vec<u8> {
     }
 }
 
+/// Where an entry of a set lives, and so which occupancy bit of the
+/// cgroup's flags tells the program to look there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Slot {
+    /// `egress_hosts`, IPv4 (/32 entries of either list).
+    HostsV4,
+    /// `egress_hosts`, IPv6 (/128 entries of either list).
+    HostsV6,
+    /// `deny_v4` (shorter IPv4 deny prefixes).
+    DenyV4,
+    /// `allow_v4`.
+    AllowV4,
+    /// `deny_v6`.
+    DenyV6,
+    /// `allow_v6`.
+    AllowV6,
+}
+
+impl Slot {
+    /// Every slot, in [`Self::index`] order.
+    pub(super) const ALL: [Self; 6] = [
+        Self::HostsV4,
+        Self::HostsV6,
+        Self::DenyV4,
+        Self::AllowV4,
+        Self::DenyV6,
+        Self::AllowV6,
+    ];
+
+    /// Where `prefix` of the allow or deny list goes: a host (/32, /128)
+    /// in `egress_hosts`, anything shorter in its trie.
+    pub(super) fn of(verdict: Verdict, prefix: &Prefix) -> Self {
+        let v4 = prefix.addr().is_ipv4();
+        match (is_host(prefix), v4, verdict) {
+            (true, true, _) => Self::HostsV4,
+            (true, false, _) => Self::HostsV6,
+            (false, true, Verdict::Deny) => Self::DenyV4,
+            (false, true, Verdict::Allow) => Self::AllowV4,
+            (false, false, Verdict::Deny) => Self::DenyV6,
+            (false, false, Verdict::Allow) => Self::AllowV6,
+        }
+    }
+
+    /// Its position in [`Self::ALL`] (and in a set's entry counts).
+    pub(super) const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its bit of `krt_egress_filter.flags`.
+    pub(super) const fn flag(self) -> u32 {
+        match self {
+            Self::HostsV4 => Flag::KRT_EGRESS_FLAG_HOSTS_V4.0,
+            Self::HostsV6 => Flag::KRT_EGRESS_FLAG_HOSTS_V6.0,
+            Self::DenyV4 => Flag::KRT_EGRESS_FLAG_DENY_V4.0,
+            Self::AllowV4 => Flag::KRT_EGRESS_FLAG_ALLOW_V4.0,
+            Self::DenyV6 => Flag::KRT_EGRESS_FLAG_DENY_V6.0,
+            Self::AllowV6 => Flag::KRT_EGRESS_FLAG_ALLOW_V6.0,
+        }
+    }
+}
+
+/// Whether `prefix` is a single address (/32, /128): an `egress_hosts`
+/// entry rather than a trie entry.
+pub(super) fn is_host(prefix: &Prefix) -> bool {
+    let width = if prefix.addr().is_ipv4() { 32 } else { 128 };
+    prefix.prefix_len() == width
+}
+
+/// The `egress_hosts` key of address `addr` in set `set_id`.
+pub(super) fn host_key(set_id: u32, addr: IpAddr) -> Vec<u8> {
+    let mut key = vec![0u8; size_of::<HostKey>()];
+    put(&mut key, offset_of!(HostKey, set_id), &set_id.to_ne_bytes());
+    let (family, octets) = match addr {
+        IpAddr::V4(a) => (Family::KRT_EGRESS_IPV4.0, a.octets().to_vec()),
+        IpAddr::V6(a) => (Family::KRT_EGRESS_IPV6.0, a.octets().to_vec()),
+    };
+    put(&mut key, offset_of!(HostKey, family), &family.to_ne_bytes());
+    put(&mut key, offset_of!(HostKey, addr), &octets);
+    key
+}
+
+/// The `egress_hosts` value for an address on the allow list, the deny
+/// list, or both.
+pub(super) fn host_value(lists: DomainVerdicts) -> Vec<u8> {
+    let mut value = vec![0u8; size_of::<HostValue>()];
+    put(
+        &mut value,
+        offset_of!(HostValue, verdicts),
+        &verdict_bits(lists).to_ne_bytes(),
+    );
+    value
+}
+
+/// The lists of an `egress_hosts` value; `None` for bytes this code does
+/// not write.
+pub(super) fn decode_host_value(value: &[u8]) -> Option<DomainVerdicts> {
+    if value.len() != size_of::<HostValue>() {
+        return None;
+    }
+    Some(decode_verdict_bits(u32_at(
+        value,
+        offset_of!(HostValue, verdicts),
+    )?))
+}
+
+/// An `egress_hosts` entry: `(set id, host prefix, lists)`; `None` for
+/// bytes this code does not write (an unknown family, no list).
+pub(super) fn decode_host(key: &[u8], value: &[u8]) -> Option<(u32, Prefix, DomainVerdicts)> {
+    if key.len() != size_of::<HostKey>() {
+        return None;
+    }
+    let set_id = u32_at(key, offset_of!(HostKey, set_id))?;
+    let at = offset_of!(HostKey, addr);
+    let addr = match types::krt_egress_family(u32_at(key, offset_of!(HostKey, family))?) {
+        Family::KRT_EGRESS_IPV4 => {
+            let octets: [u8; 4] = key.get(at..at + 4)?.try_into().ok()?;
+            // The rest of the field is zero in every key written.
+            if key.get(at + 4..at + 16)?.iter().any(|b| *b != 0) {
+                return None;
+            }
+            IpAddr::V4(Ipv4Addr::from(octets))
+        }
+        Family::KRT_EGRESS_IPV6 => {
+            let octets: [u8; 16] = key.get(at..at + 16)?.try_into().ok()?;
+            IpAddr::V6(Ipv6Addr::from(octets))
+        }
+        _ => return None,
+    };
+    let lists = decode_host_value(value)?;
+    (!lists.is_empty()).then_some((set_id, Prefix::host(addr), lists))
+}
+
 /// The value of every trie entry (the program only tests presence).
 pub(super) const TRIE_VALUE: [u8; 1] = [1];
 
@@ -110,9 +250,11 @@ pub(super) fn cgroup_key(cgroup_id: u64) -> [u8; 8] {
     cgroup_id.to_ne_bytes()
 }
 
-/// The `struct krt_egress_filter` of a set and its flags.
-pub(super) fn filter_value(set_id: u32, flags: FilterFlags) -> Vec<u8> {
-    let mut bits = 0;
+/// The `struct krt_egress_filter` of a set and its flags, with
+/// `occupancy` (the [`Slot::flag`] bits of the slots the set has entries
+/// in) added.
+pub(super) fn filter_value(set_id: u32, flags: FilterFlags, occupancy: u32) -> Vec<u8> {
+    let mut bits = occupancy & occupancy_mask();
     if flags.default_deny {
         bits |= Flag::KRT_EGRESS_FLAG_DEFAULT_DENY.0;
     }
@@ -136,8 +278,14 @@ pub(super) fn filter_value(set_id: u32, flags: FilterFlags) -> Vec<u8> {
     value
 }
 
+/// Every occupancy bit.
+pub(super) fn occupancy_mask() -> u32 {
+    Slot::ALL.iter().fold(0, |bits, s| bits | s.flag())
+}
+
 /// The `cgroup_filters` entry `(cgroup id, set id, flags)` of a key and a
-/// value; `None` for bytes this code does not write.
+/// value (the occupancy bits are the set's, not the caller's: left out);
+/// `None` for bytes this code does not write.
 pub(super) fn decode_filter(key: &[u8], value: &[u8]) -> Option<(u64, u32, FilterFlags)> {
     if key.len() != 8 || value.len() != size_of::<FilterValue>() {
         return None;
@@ -662,6 +810,7 @@ pub fn fuzz_decode_maps(data: &[u8]) {
     let _ = decode_binding_key(key);
     let _ = decode_domain(key, value);
     let _ = decode_learned(key, value);
+    let _ = decode_host(key, value);
     let _ = decode_domain_rule_key(key);
     let _ = decode_observation_key(key);
     let _ = decode_count(value);
@@ -715,7 +864,7 @@ mod tests {
 
     #[test]
     fn filter_value_carries_set_and_flag_bits() {
-        let v = filter_value(9, FilterFlags::default());
+        let v = filter_value(9, FilterFlags::default(), 0);
         assert_eq!(v.len(), 8);
         assert_eq!(&v[..4], &9u32.to_ne_bytes());
         assert_eq!(&v[4..], &0u32.to_ne_bytes());
@@ -724,12 +873,64 @@ mod tests {
             observe: true,
             domains: true,
         };
-        assert_eq!(&filter_value(9, all)[4..], &7u32.to_ne_bytes());
+        assert_eq!(&filter_value(9, all, 0)[4..], &7u32.to_ne_bytes());
         let observe = FilterFlags {
             observe: true,
             ..FilterFlags::default()
         };
-        assert_eq!(&filter_value(9, observe)[4..], &2u32.to_ne_bytes());
+        assert_eq!(&filter_value(9, observe, 0)[4..], &2u32.to_ne_bytes());
+        // Occupancy bits are added; anything else in them is not.
+        let hosts = Slot::HostsV4.flag() | Slot::AllowV6.flag();
+        assert_eq!(
+            &filter_value(9, observe, hosts | (1 << 31))[4..],
+            &(2 | hosts).to_ne_bytes()
+        );
+    }
+
+    #[test]
+    fn slots_split_hosts_from_shorter_prefixes() {
+        let allow = Verdict::Allow;
+        let deny = Verdict::Deny;
+        assert_eq!(Slot::of(allow, &p("192.0.2.1/32")), Slot::HostsV4);
+        assert_eq!(Slot::of(deny, &p("192.0.2.1/32")), Slot::HostsV4);
+        assert_eq!(Slot::of(deny, &p("192.0.2.0/31")), Slot::DenyV4);
+        assert_eq!(Slot::of(allow, &p("0.0.0.0/0")), Slot::AllowV4);
+        assert_eq!(Slot::of(allow, &p("::1/128")), Slot::HostsV6);
+        assert_eq!(Slot::of(deny, &p("2001:db8::/127")), Slot::DenyV6);
+        assert_eq!(Slot::of(allow, &p("2001:db8::/64")), Slot::AllowV6);
+        let bits: Vec<u32> = Slot::ALL.iter().map(|s| s.flag()).collect();
+        assert_eq!(bits, [8, 16, 32, 64, 128, 256]);
+        for (i, s) in Slot::ALL.iter().enumerate() {
+            assert_eq!(s.index(), i);
+        }
+    }
+
+    #[test]
+    fn host_entries_decode_to_what_was_encoded() {
+        let both = DomainVerdicts {
+            allow: true,
+            deny: true,
+        };
+        for addr in ["192.0.2.1", "2001:db8::1"] {
+            let addr: IpAddr = addr.parse().unwrap();
+            let key = host_key(11, addr);
+            assert_eq!(key, learned_key(11, addr), "the learned key's layout");
+            assert_eq!(
+                decode_host(&key, &host_value(both)),
+                Some((11, Prefix::host(addr), both))
+            );
+        }
+        let key = host_key(11, "192.0.2.1".parse().unwrap());
+        assert_eq!(
+            decode_host(&key, &host_value(DomainVerdicts::default())),
+            None,
+            "no list: no entry"
+        );
+        let mut bad = key.clone();
+        bad[20] = 1;
+        assert_eq!(decode_host(&bad, &host_value(both)), None, "v4 tail");
+        assert_eq!(decode_host(&key[..20], &host_value(both)), None);
+        assert_eq!(decode_host(&key, &[1]), None);
     }
 
     #[test]
@@ -761,10 +962,15 @@ mod tests {
             domains: true,
         };
         assert_eq!(
-            decode_filter(&cgroup_key(42), &filter_value(5, flags)),
+            decode_filter(&cgroup_key(42), &filter_value(5, flags, 0)),
             Some((42, 5, flags))
         );
-        assert_eq!(decode_filter(&[0; 4], &filter_value(5, flags)), None);
+        assert_eq!(
+            decode_filter(&cgroup_key(42), &filter_value(5, flags, occupancy_mask())),
+            Some((42, 5, flags)),
+            "occupancy bits are not flags"
+        );
+        assert_eq!(decode_filter(&[0; 4], &filter_value(5, flags, 0)), None);
     }
 
     #[test]

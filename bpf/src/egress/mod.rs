@@ -14,6 +14,7 @@
 //! | map | type | key | value |
 //! | --- | --- | --- | --- |
 //! | `cgroup_filters` | hash, 2^14 | `u64` cgroup id | `struct krt_egress_filter { u32 set_id; u32 flags; }` |
+//! | `egress_hosts` | hash, 2^18 | `struct krt_egress_host_key { u32 set_id, family; u8 addr[16]; }` | `struct krt_egress_host { u32 verdicts; }` (allow, deny bits) |
 //! | `allow_v4`, `deny_v4` | LPM trie, 2^18 | `struct krt_egress_v4_key { u32 prefixlen; be32 set_id; u8 addr[4]; }` | `u8` (unused) |
 //! | `allow_v6`, `deny_v6` | LPM trie, 2^18 | `struct krt_egress_v6_key { u32 prefixlen; be32 set_id; u8 addr[16]; }` | `u8` (unused) |
 //! | `observations` | LRU hash, 2^14 | `struct krt_egress_obs_key { u32 set_id, decision, family; u8 addr[16]; }` | `u64` packets |
@@ -24,6 +25,22 @@
 //!
 //! An LPM key's `prefixlen` counts the 32 set-id bits plus the address
 //! prefix, so a lookup can never match another set's entry.
+//!
+//! A host entry (an IPv4 `/32`, an IPv6 `/128`) goes to `egress_hosts`,
+//! whose value says which lists hold it; only shorter prefixes go to the
+//! tries. So a destination costs one hash lookup whatever the number of
+//! host entries, and a trie is walked only for a set with prefixes in it:
+//! besides the caller's [`FilterFlags`], the handle keeps *occupancy*
+//! bits in each cgroup's `cgroup_filters` entry (`HOSTS_V4`, `HOSTS_V6`,
+//! `DENY_V4`, `ALLOW_V4`, `DENY_V6`, `ALLOW_V6` in `egress.h`) saying
+//! which of the host map and the four tries its set has entries in, and
+//! the program skips the others. A set of host entries only never walks a
+//! trie. The handle sets a bit on every cgroup of the set before the
+//! set's first entry of that kind is written and clears it after the last
+//! one is removed, so an entry is never skipped. The split is invisible to
+//! callers: [`EgressFilter::insert`] takes any prefix, and
+//! [`EgressFilter::read_state`] reports host entries as `/32` and `/128`
+//! prefixes.
 //!
 //! # Domain names: the DNS answer snooper
 //!
@@ -63,8 +80,8 @@
 //! For a packet of a cgroup in `cgroup_filters` (others pass after that
 //! one lookup), in this order:
 //!
-//! 1. a deny entry of the set matches the destination: **drop**
-//!    ([`Decision::Denied`]);
+//! 1. a deny entry of the set (a host entry or a prefix) matches the
+//!    destination: **drop** ([`Decision::Denied`]);
 //! 2. an allow entry matches: pass ([`Decision::Allowed`]);
 //! 3. the set is default deny: **drop** ([`Decision::DefaultDenied`]);
 //! 4. otherwise pass ([`Decision::Unmatched`]).
@@ -93,12 +110,13 @@
 //! atomically (`BPF_LINK_UPDATE`), so no packet of a filtered cgroup ever
 //! passes unfiltered across the restart.
 //!
-//! The tries and `cgroup_filters` hold per-cgroup *unions*: which policy
-//! asked for an entry is not in them. A caller that needs it back (the
-//! network backend does) records it in the *ledger*, three more pinned maps
-//! the program never reads ([`EgressFilter::ledger_set_policy`],
-//! [`EgressFilter::ledger_set_rule`], [`EgressFilter::ledger_set_binding`]),
-//! and reads everything back with [`EgressFilter::read_state`].
+//! The tries, `egress_hosts` and `cgroup_filters` hold per-cgroup
+//! *unions*: which policy asked for an entry is not in them. A caller that
+//! needs it back (the network backend does) records it in the *ledger*,
+//! three more pinned maps the program never reads
+//! ([`EgressFilter::ledger_set_policy`], [`EgressFilter::ledger_set_rule`],
+//! [`EgressFilter::ledger_set_binding`]), and reads everything back with
+//! [`EgressFilter::read_state`].
 //!
 //! | map | key | value |
 //! | --- | --- | --- |
@@ -174,7 +192,7 @@ pub type Result<T, E = EgressError> = std::result::Result<T, E>;
 /// The layout of the pinned maps this build reads and writes
 /// (`KRT_EGRESS_LAYOUT_VERSION` in `egress_filter.bpf.c`; see the [module
 /// docs](self#pinning-and-restarts)).
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// The longest ledger policy id, in bytes (the field is NUL-padded to 64).
 pub const LEDGER_ID_MAX_LEN: usize = 63;
@@ -211,8 +229,8 @@ pub enum LedgerKind {
     Observe,
 }
 
-/// The entries of one filter set, as the tries and `egress_domains` hold
-/// them.
+/// The entries of one filter set, as the tries, `egress_hosts` and
+/// `egress_domains` hold them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetEntries {
     /// The allow list.
@@ -247,7 +265,8 @@ pub struct LedgerPolicy {
 pub struct PinnedState {
     /// `cgroup_filters`: cgroup id to its set and flags.
     pub filters: BTreeMap<u64, (u32, FilterFlags)>,
-    /// The tries, by set id.
+    /// The tries and `egress_hosts` (host entries as `/32`, `/128`), by
+    /// set id.
     pub sets: BTreeMap<u32, SetEntries>,
     /// The ledger, by policy id.
     pub ledger: BTreeMap<Vec<u8>, LedgerPolicy>,
@@ -704,8 +723,9 @@ impl EgressFilter {
     }
 
     /// Adds `prefix` to the allow or deny list of set `set_id` (a no-op if
-    /// it is there already). Fails with [`EgressError::MapFull`] at the
-    /// node-wide ceiling of that list's trie.
+    /// it is there already): a host (`/32`, `/128`) to `egress_hosts`,
+    /// anything shorter to that list's trie. Fails with
+    /// [`EgressError::MapFull`] at the node-wide ceiling of that map.
     pub fn insert(&self, set_id: u32, verdict: Verdict, prefix: Prefix) -> Result<()> {
         self.inner.insert(set_id, verdict, prefix)
     }
