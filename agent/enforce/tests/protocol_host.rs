@@ -232,10 +232,17 @@ fn ssh_is_dropped_tls_passes_and_a_monitor_policy_observes() {
         hello,
         "a ClientHello to the same port passes"
     );
-    // No monitor policy: nothing is counted per flow.
+    // No monitor policy: the refused flow is counted (an enforce-only
+    // pod's refusals become findings), the allowed one is not.
     let d = m.drain();
     assert!(d.errors.is_empty(), "{:?}", d.errors);
-    assert!(d.observations.is_empty(), "{:?}", d.observations);
+    assert_eq!(d.observations.len(), 1, "{:?}", d.observations);
+    assert_eq!(
+        flows(&d.observations, "ssh", None, Decision::Denied),
+        1,
+        "{:?}",
+        d.observations
+    );
 
     // A monitor policy joins: the union still drops ssh, and now observes.
     let out = m.upsert_policy(policy("watch", Mode::Monitor, &[], &["ssh"]));
