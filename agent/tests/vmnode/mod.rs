@@ -152,7 +152,16 @@ pub fn boot_node(cluster: &kyverno_runtime_testkube::LocalCluster, guest_args: &
         spec.kernel.version,
         vmtest::FORWARD_ADDR
     );
-    let outcome = vmtest::run(&spec).unwrap();
+    // One retry when the guest kernel itself panicked (TCG guests crash now
+    // and then in timer code, even during boot, before any program of ours
+    // loads); the crash is printed, not hidden.
+    let outcome = match vmtest::run(&spec) {
+        Err(e @ vmtest::Error::KernelPanic { .. }) => {
+            println!("the guest kernel panicked; booting it again:\n{e}");
+            vmtest::run(&spec).unwrap()
+        }
+        other => other.unwrap(),
+    };
     print!("{}", outcome.output);
     if outcome.exit_code != 0 {
         eprintln!(
