@@ -488,46 +488,43 @@ fn run_vm(
     };
     node.kernel = Some(spec.kernel.version.clone());
     // One retry when the guest itself failed (TCG guests crash now and
-    // then in timer code): the earlier failure stays in the results.
-    for attempt in 0..2 {
-        match vmtest::run(&spec) {
-            Ok(outcome) => {
-                let (cells, line) = parse_output(&outcome.output);
-                print!("{}", indent(&outcome.output));
-                if let Some(l) = line {
-                    node.kernel = Some(l.kernel);
-                }
-                node.cells = cells;
-                if outcome.exit_code != 0 {
-                    node.error = Some(format!(
-                        "the node exited {} after {:.0}s; console tail:\n{}",
-                        outcome.exit_code,
-                        outcome.duration.as_secs_f64(),
-                        tail(&outcome.console, 15)
-                    ));
-                }
-                break;
+    // then in timer code): the earlier failure stays in the results, its
+    // whole console tail printed (whether the crash is in code of ours, a
+    // BPF program, or the emulator's shows in its trace).
+    let (result, earlier) = vmtest::run_with_retries(&spec, 1);
+    for e in &earlier {
+        println!(
+            "   the guest failed ({}); booting it again\n{}",
+            e.label(),
+            indent(&format!("{e}\n"))
+        );
+        node.retried_after.push(
+            format!("{e}")
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    match result {
+        Ok(outcome) => {
+            let (cells, line) = parse_output(&outcome.output);
+            print!("{}", indent(&outcome.output));
+            if let Some(l) = line {
+                node.kernel = Some(l.kernel);
             }
-            Err(e) if e.is_guest_failure() && attempt == 0 => {
-                // The whole console tail: whether the crash is in code of
-                // ours (a BPF program) or the emulator's shows in its trace.
-                println!(
-                    "   the guest failed ({}); booting it again\n{}",
-                    e.label(),
-                    indent(&format!("{e}\n"))
-                );
-                node.retried_after.push(
-                    format!("{e}")
-                        .lines()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
-                );
+            node.cells = cells;
+            if outcome.exit_code != 0 {
+                node.error = Some(format!(
+                    "the node exited {} after {:.0}s; console tail:\n{}",
+                    outcome.exit_code,
+                    outcome.duration.as_secs_f64(),
+                    tail(&outcome.console, 15)
+                ));
             }
-            Err(e) => {
-                node.error = Some(format!("{}: {}", e.label(), tail(&e.to_string(), 20)));
-                break;
-            }
+        }
+        Err(e) => {
+            node.error = Some(format!("{}: {}", e.label(), tail(&e.to_string(), 20)));
         }
     }
     node.seconds = started.elapsed().as_secs_f64();

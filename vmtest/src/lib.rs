@@ -56,7 +56,8 @@ pub use kernel::{
     vmlinuz_candidates, Kernel, KernelSeries,
 };
 pub use matrix::{
-    render_json, render_table, run_matrix, run_matrix_with, EntryJson, MatrixEntry, Workload,
+    render_json, render_table, run_matrix, run_matrix_with, run_with_retries, EntryJson,
+    MatrixEntry, Workload,
 };
 pub use vm::{
     accel_for, classify, kernel_cmdline, lsm_list_has_bpf, netdev_args, parse_lsm_list, qemu_args,

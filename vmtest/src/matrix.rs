@@ -164,8 +164,10 @@ pub fn run_matrix_with(
 }
 
 /// Boots `spec`, booting again up to `retries` times while the guest itself
-/// failed. A command that ran and exited non-zero is never retried.
-fn run_with_retries(spec: &VmSpec, retries: u32) -> (Result<VmOutcome>, Vec<Error>) {
+/// failed (a panic, a hang, no sentinel: [`Error::is_guest_failure`]),
+/// with the earlier failures. A command that ran and exited non-zero is
+/// never retried.
+pub fn run_with_retries(spec: &VmSpec, retries: u32) -> (Result<VmOutcome>, Vec<Error>) {
     let mut earlier = Vec::new();
     loop {
         let result = vm::run(spec);
