@@ -1,7 +1,9 @@
 //! ns per packet of the cgroup_skb programs, via `BPF_PROG_TEST_RUN`
 //! (needs root): the egress filter with 10, 1,000 and 100,000 entries
 //! (IPv4 /32 and IPv6 /128 host entries, IPv6 /64 prefixes; and a set of
-//! host entries only, which walks no trie), the filter of a set naming domains (a learned address,
+//! host entries only, which walks no trie), a socket's later packets (its
+//! cached verdict) and, at 100,000, its first (the full path, by single
+//! runs), the filter of a set naming domains (a learned address,
 //! and one nothing taught), the DNS answer snooper (a datagram of a set
 //! naming no domain, and a response it learns from), the protocol
 //! classifier on a first segment and on a cached flow, and an empty
@@ -32,6 +34,8 @@ use kyverno_runtime_bpf::protocol::{
 const REPEAT: u32 = 200_000;
 /// Single-run measurements for the first-segment case (a fresh flow each).
 const FRESH_FLOWS: u16 = 20_000;
+/// Single-run measurements of a socket's first packet (a new socket each).
+const FIRST_PACKETS: u32 = 20_000;
 /// Each measurement is taken this many times; the median is printed.
 const ROUNDS: usize = 5;
 
@@ -162,6 +166,10 @@ fn v6_entry(i: u32) -> Ipv6Addr {
     )
 }
 
+fn mean(v: &[Duration]) -> Duration {
+    v.iter().sum::<Duration>() / u32::try_from(v.len()).unwrap()
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -175,6 +183,8 @@ struct Row {
 fn main() {
     let cgroup = own_cgroup_id();
     let mut rows = Vec::new();
+    // The floor by single runs, interleaved with every single-run case.
+    let mut single_floor = Vec::new();
     let probe4 = ipv4(Ipv4Addr::new(192, 0, 2, 1), 17, &udp(b"bench"));
 
     // The floor, with the same frame as the IPv4 egress case.
@@ -261,6 +271,7 @@ fn main() {
         };
         let what = if deny_prefix { "entries" } else { "hosts only" };
         for (case, frame, want) in [("allowed", &hit, 1), ("default-denied", &miss, 0)] {
+            let before = filter.read_stats().unwrap();
             let runs: Vec<Duration> = (0..ROUNDS)
                 .map(|_| {
                     let r = filter.test_run_repeat(frame, REPEAT).unwrap();
@@ -268,9 +279,28 @@ fn main() {
                     r.per_run
                 })
                 .collect();
+            // Each test run is one socket: its first packet decides, the
+            // rest repeat the cached verdict. The figure is of that path.
+            let cached = filter.read_stats().unwrap().cached - before.cached;
+            assert_eq!(cached, u64::from(REPEAT - 1) * ROUNDS as u64);
             rows.push(Row {
                 name: format!("egress {family:<9} {n:>6} {what}, {case}"),
                 per_packet: median(runs),
+            });
+        }
+        if n == 100_000 && deny_prefix {
+            // A socket's first packet (the full path, and the verdict
+            // cached): one test run each, a new socket each time.
+            let mut first = Vec::new();
+            for _ in 0..FIRST_PACKETS {
+                let r = filter.test_run_repeat(&hit, 1).unwrap();
+                assert_eq!(r.verdict, 1);
+                first.push(r.per_run);
+                single_floor.push(floor.test_run_repeat(&hit, 1).unwrap().per_run);
+            }
+            rows.push(Row {
+                name: format!("egress {family:<9} {n:>6} {what}, allowed, 1st packet, single runs"),
+                per_packet: mean(&first),
             });
         }
         filter.remove_cgroup(cgroup).unwrap();
@@ -375,7 +405,6 @@ fn main() {
     let hello = client_hello();
     let dst = Ipv4Addr::new(192, 0, 2, 10);
     let mut fresh = Vec::new();
-    let mut fresh_floor = Vec::new();
     for sport in 1_000..1_000 + FRESH_FLOWS {
         let frame = ipv4(dst, 6, &tcp(sport, &hello));
         let r = classifier.test_run_repeat(&frame, 1).unwrap();
@@ -383,14 +412,13 @@ fn main() {
         fresh.push(r.per_run);
         // The floor the same way (one run per call), for a like-for-like
         // ratio: a single run carries the harness's fixed cost.
-        fresh_floor.push(floor.test_run_repeat(&frame, 1).unwrap().per_run);
+        single_floor.push(floor.test_run_repeat(&frame, 1).unwrap().per_run);
     }
-    let mean = |v: &[Duration]| v.iter().sum::<Duration>() / u32::try_from(v.len()).unwrap();
     let stats = classifier.read_stats().unwrap();
     assert_eq!(stats.tls, u64::from(FRESH_FLOWS), "{stats:?}");
     rows.push(Row {
         name: "floor: empty program, single runs".into(),
-        per_packet: mean(&fresh_floor),
+        per_packet: mean(&single_floor),
     });
     rows.push(Row {
         name: "classifier: first segment (TLS ClientHello), single runs".into(),
@@ -408,10 +436,10 @@ fn main() {
     classifier.remove_cgroup(cgroup).unwrap();
 
     println!(
-        "BPF_PROG_TEST_RUN, repeat {REPEAT} (median of {ROUNDS}); first segments: mean of {FRESH_FLOWS} single runs"
+        "BPF_PROG_TEST_RUN, repeat {REPEAT} (median of {ROUNDS}; a socket per run, so all but its first packet take the cached verdict); 1st packets: mean of {FIRST_PACKETS} single runs, first segments of {FRESH_FLOWS}"
     );
-    println!("{:<62} {:>10} {:>9}", "case", "ns/packet", "x floor");
-    let single_floor = mean(&fresh_floor);
+    println!("{:<72} {:>10} {:>9}", "case", "ns/packet", "x floor");
+    let single_floor = mean(&single_floor);
     for r in &rows {
         // Single-run rows compare with the single-run floor.
         let base = if r.name.contains("single runs") {
@@ -421,7 +449,7 @@ fn main() {
         };
         let ratio = r.per_packet.as_secs_f64() / base.as_secs_f64().max(1e-9);
         println!(
-            "{:<62} {:>10} {:>9.2}",
+            "{:<72} {:>10} {:>9.2}",
             r.name,
             r.per_packet.as_nanos(),
             ratio

@@ -29,6 +29,10 @@
  *      [KRT_DNS_TTL_MIN_S, KRT_DNS_TTL_MAX_S]. Names are compared in the
  *      normalised form of dnsname.h, compression pointers followed.
  *
+ * An answer that teaches a set an address (or a verdict) it did not hold
+ * adds to the learned generation (egress_generation), so sockets whose
+ * cached verdicts it could change decide again (see the egress filter).
+ *
  * Every path passes the packet (1): the snooper never drops, it learns;
  * and every response that cannot be read to its end is counted
  * (struct krt_dns_snoop_stats), with what was learned before kept.
@@ -263,6 +267,17 @@ static __always_inline void add_name_verdicts(struct snoop_scratch *s,
 	SNOOP_STORE(s->verdicts, verdicts | d->verdicts);
 }
 
+/* See KRT_EGRESS_GEN_LEARNED (egress.h). */
+static __always_inline void bump_learned_generation(void)
+{
+	__u32 slot = KRT_EGRESS_GEN_LEARNED;
+	__u64 *g = bpf_map_lookup_elem(&egress_generation, &slot);
+
+	/* Result unused: BPF_XADD, which every kernel has. */
+	if (g)
+		__sync_fetch_and_add(g, 1);
+}
+
 /*
  * Learns the address of an A (`v6` false) or AAAA record whose data starts
  * at message offset `rdata`, for the set, with the chain's verdicts.
@@ -275,6 +290,7 @@ static __always_inline int learn(struct __sk_buff *skb,
 {
 	struct krt_egress_learned_key key;
 	struct krt_egress_learned value, *old;
+	__u32 held = 0; /* the verdicts of the unexpired entry, if any */
 	__u64 now, expires;
 	int loaded;
 
@@ -306,16 +322,27 @@ static __always_inline int learn(struct __sk_buff *skb,
 		__u64 old_expires = old->expires_ns;
 
 		if (old_expires > now) {
-			value.verdicts |= old->verdicts;
+			held = old->verdicts;
+			value.verdicts |= held;
 			if (old_expires > expires)
 				expires = old_expires;
 		}
 	}
 	value.expires_ns = expires;
-	if (bpf_map_update_elem(&egress_learned, &key, &value, BPF_ANY) == 0)
-		count(&st->learned);
-	else
+	if (bpf_map_update_elem(&egress_learned, &key, &value, BPF_ANY) != 0) {
 		count(&st->learn_failed);
+		return 0;
+	}
+	count(&st->learned);
+	/*
+	 * A verdict the set did not hold (a new address, an expired one
+	 * back, or a new bit) may change what sockets cached: a new learned
+	 * generation makes them decide again. A refresh of what was held
+	 * changes nothing cached (a cached verdict that a learned address
+	 * took part in expires with it and is then decided again).
+	 */
+	if (value.verdicts & ~held)
+		bump_learned_generation();
 	return 0;
 }
 

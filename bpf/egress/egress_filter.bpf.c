@@ -16,6 +16,21 @@
  * DENY_* / ALLOW_* bits of the cgroup's flags say which), so a set of
  * host entries only never walks a trie.
  *
+ * That full path runs for a socket's first packet to a destination; the
+ * verdict is then cached on the socket (egress_sock_cache) with the two
+ * generations of egress_generation, and the socket's later packets to the
+ * same destination read the generations (two inlined array reads) and the
+ * socket's storage instead of the gate, host and trie lookups. Userspace
+ * writes a new policy generation after every change to cgroup_filters,
+ * the hosts, the tries or the learned addresses, and the snooper adds to
+ * the learned one when an answer teaches a set something new, so a cached
+ * verdict never outlives a change that could alter it: the socket's next
+ * packet decides again. A verdict a learned address took part in also
+ * ends when that address expires. A socket's cgroup is fixed at its
+ * creation, so the cgroup's set is covered by the policy generation.
+ * Refusals (and everything, when observing) are still counted per packet
+ * in `observations`, cached or not.
+ *
  * Verdict, for a packet of a selected cgroup (1 = pass, 0 = drop):
  *
  *   1. a deny entry of the set matches the destination  -> drop
@@ -117,6 +132,20 @@ struct {
 } stats SEC(".maps");
 
 /*
+ * Each socket's cached verdict (struct krt_egress_sock_cache), so the
+ * packets after a socket's first pay for two array reads and one storage
+ * read instead of the cgroup, host and trie lookups. Not pinned: a
+ * restarted daemon's program starts with an empty cache (a new map), so
+ * no entry can outlive the generations it was checked against.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct krt_egress_sock_cache);
+} egress_sock_cache SEC(".maps");
+
+/*
  * ---- Pinned state -------------------------------------------------------
  *
  * (Userspace-only layouts, kept here rather than in egress.h since the
@@ -141,8 +170,9 @@ enum krt_egress_layout {
 	/* 2: egress_domains, egress_learned and egress_domain_rules; the
 	 * learned counters in stats.
 	 * 3: host entries in egress_hosts instead of the tries; the set's
-	 * occupancy bits in cgroup_filters' flags. */
-	KRT_EGRESS_LAYOUT_VERSION = 3,
+	 * occupancy bits in cgroup_filters' flags.
+	 * 4: the cache counters in stats. */
+	KRT_EGRESS_LAYOUT_VERSION = 4,
 };
 
 /* The single element of `egress_meta`. */
@@ -261,6 +291,8 @@ enum krt_egress_layout krt_egress_layout_btf_anchor = 0;
 enum krt_egress_policy_kind krt_egress_policy_kind_btf_anchor = 0;
 enum krt_egress_policy_flag krt_egress_policy_flag_btf_anchor = 0;
 enum krt_egress_domain_verdict krt_egress_domain_verdict_btf_anchor = 0;
+enum krt_egress_generation_slot krt_egress_generation_slot_btf_anchor = 0;
+struct krt_egress_sock_cache krt_egress_sock_cache_btf_anchor = {};
 
 static __always_inline void count(__u64 *counter)
 {
@@ -268,13 +300,38 @@ static __always_inline void count(__u64 *counter)
 	*counter += 1;
 }
 
-/* Adds one to the (set, family, destination, decision) counter. */
-static __always_inline void observe(struct krt_egress_stats *st, __u32 set_id,
-				    __u32 family, const __u8 *addr,
-				    __u32 decision)
+/*
+ * A parsed destination: the family and the address as the keys hold it
+ * (network byte order, an IPv4 address zero-padded to 16 bytes).
+ */
+struct destination {
+	__u32 family; /* enum krt_egress_family */
+	__u32 zero; /* keeps `addr` 8-byte aligned */
+	union {
+		__u8 addr[16];
+		__u64 words[2];
+	};
+};
+
+/*
+ * Adds one to the (set, family, destination, decision) counter; the
+ * destination's 16 bytes come as two words, as struct destination holds
+ * them.
+ *
+ * A global function: the verifier checks it once, on its own, instead of
+ * once for every path of the caller that reaches it (it is called from
+ * the cached and the full path, under every combination of flags), which
+ * keeps the program quick to load on old verifiers. Global functions take
+ * scalars only on 5.10, hence the stats lookup of its own (an inlined
+ * array read).
+ */
+__attribute__((noinline)) int observe(__u32 set_id, __u32 family,
+				      __u32 decision, __u64 addr0, __u64 addr1)
 {
 	struct krt_egress_obs_key key;
+	struct krt_egress_stats *st;
 	__u64 one = 1, *n;
+	__u32 zero = 0;
 	long err;
 
 	__builtin_memset(&key, 0, sizeof(key));
@@ -282,52 +339,61 @@ static __always_inline void observe(struct krt_egress_stats *st, __u32 set_id,
 	key.decision = decision;
 	key.family = family;
 	/* 16 bytes whatever the family: an IPv4 address is zero-padded. */
-	__builtin_memcpy(key.addr, addr, 16);
+	__builtin_memcpy(key.addr, &addr0, 8);
+	__builtin_memcpy(key.addr + 8, &addr1, 8);
 
 	n = bpf_map_lookup_elem(&observations, &key);
 	if (n) {
 		/* Other CPUs add to the same key: atomic (result unused, so
 		 * this is BPF_XADD, which every kernel has). */
 		__sync_fetch_and_add(n, 1);
-		return;
+		return 0;
 	}
+	st = bpf_map_lookup_elem(&stats, &zero);
+	if (!st)
+		return 0; /* cannot happen: a one-element array */
 	err = bpf_map_update_elem(&observations, &key, &one, BPF_NOEXIST);
 	if (err == 0) {
 		count(&st->observe_inserted);
-		return;
+		return 0;
 	}
 	if (err == -EEXIST) {
 		/* Another CPU inserted it between our lookup and update. */
 		n = bpf_map_lookup_elem(&observations, &key);
 		if (n) {
 			__sync_fetch_and_add(n, 1);
-			return;
+			return 0;
 		}
 	}
 	count(&st->observe_failed);
+	return 0;
 }
 
 /*
  * The verdict bits (enum krt_egress_domain_verdict) a DNS answer taught
  * the set for the destination, or 0: none, or expired. Only called for a
- * set naming domains.
+ * set naming domains. An unexpired entry's expiry goes to `*expires_ns`:
+ * a cached verdict it took part in must not outlive it.
  */
 static __always_inline __u32
 learned_verdicts(struct krt_egress_stats *st,
-		 const struct krt_egress_host_key *key)
+		 const struct krt_egress_host_key *key, __u64 *expires_ns)
 {
 	struct krt_egress_learned *l;
+	__u64 expires;
 
 	/* The same layout (egress.h): the host key is the learned key. */
 	l = bpf_map_lookup_elem(&egress_learned, key);
 	if (!l)
 		return 0;
 	/* Read once: the snooper may refresh the entry concurrently. */
-	if (l->expires_ns <= bpf_ktime_get_ns()) {
+	expires = l->expires_ns;
+	if (expires <= bpf_ktime_get_ns()) {
 		count(&st->learned_expired);
 		return 0;
 	}
 	count(&st->learned_hits);
+	*expires_ns = expires;
 	return l->verdicts;
 }
 
@@ -352,22 +418,19 @@ _Static_assert(__builtin_offsetof(struct krt_egress_host_key, addr) ==
 
 /*
  * Steps 1-4 of the verdict for a parsed destination, given the set's host
- * key for it (`host`, also the learned-address key) and its trie key
- * (`trie_key`). Every lookup the set cannot match is skipped: the host
- * map without host entries of the family, a trie without prefixes of the
- * set, the learned addresses without domains.
+ * key for it (`host`) and its trie key (`trie_key`), and the verdict bits
+ * the set learned for it (`learned`): the decision (enum
+ * krt_egress_decision). Every lookup the set cannot match is skipped: the
+ * host map without host entries of the family, a trie without prefixes of
+ * the set.
  */
-static __always_inline int decide(struct krt_egress_stats *st,
-				  const struct family_maps *m,
-				  const struct krt_egress_host_key *host,
-				  const void *trie_key, __u32 flags)
+static __always_inline __u32 decide(const struct family_maps *m,
+				    const struct krt_egress_host_key *host,
+				    const void *trie_key, __u32 flags,
+				    __u32 verdicts)
 {
 	struct krt_egress_host *h;
-	__u32 decision, verdicts = 0;
-	int verdict;
 
-	if (flags & KRT_EGRESS_FLAG_DOMAINS)
-		verdicts = learned_verdicts(st, host);
 	if (flags & m->hosts_flag) {
 		h = bpf_map_lookup_elem(&egress_hosts, host);
 		if (h)
@@ -375,24 +438,97 @@ static __always_inline int decide(struct krt_egress_stats *st,
 	}
 
 	if ((verdicts & KRT_EGRESS_DOMAIN_DENY) ||
-	    ((flags & m->deny_flag) && bpf_map_lookup_elem(m->deny, trie_key))) {
-		decision = KRT_EGRESS_DENIED;
-		verdict = SKB_DROP;
-		count(&st->denied);
-	} else if ((verdicts & KRT_EGRESS_DOMAIN_ALLOW) ||
-		   ((flags & m->allow_flag) &&
-		    bpf_map_lookup_elem(m->allow, trie_key))) {
-		decision = KRT_EGRESS_ALLOWED;
-		verdict = SKB_PASS;
-		count(&st->allowed);
-	} else if (flags & KRT_EGRESS_FLAG_DEFAULT_DENY) {
-		decision = KRT_EGRESS_DEFAULT_DENIED;
-		verdict = SKB_DROP;
-		count(&st->default_denied);
+	    ((flags & m->deny_flag) && bpf_map_lookup_elem(m->deny, trie_key)))
+		return KRT_EGRESS_DENIED;
+	if ((verdicts & KRT_EGRESS_DOMAIN_ALLOW) ||
+	    ((flags & m->allow_flag) && bpf_map_lookup_elem(m->allow, trie_key)))
+		return KRT_EGRESS_ALLOWED;
+	if (flags & KRT_EGRESS_FLAG_DEFAULT_DENY)
+		return KRT_EGRESS_DEFAULT_DENIED;
+	return KRT_EGRESS_UNMATCHED;
+}
+
+/*
+ * The decision of the set (`set_id`, `flags`) for a destination (`family`
+ * and its 16 bytes as two words), given the verdict bits the set learned
+ * for it, both in `family_learned`: the family in the low 8 bits, the
+ * verdict bits above.
+ *
+ * Global, like observe(), so the verifier checks the lookups once and
+ * not once per path of the caller; it takes scalars only (5.10).
+ */
+__attribute__((noinline)) int decide_destination(__u32 set_id, __u32 flags,
+						 __u32 family_learned,
+						 __u64 addr0, __u64 addr1)
+{
+	__u32 family = family_learned & 0xff, learned = family_learned >> 8;
+	struct krt_egress_host_key host = {};
+
+	host.set_id = set_id;
+	host.family = family;
+	__builtin_memcpy(host.addr, &addr0, 8);
+	__builtin_memcpy(host.addr + 8, &addr1, 8);
+	if (family == KRT_EGRESS_IPV4) {
+		const struct family_maps v4_maps = {
+			.deny = &deny_v4,
+			.allow = &allow_v4,
+			.hosts_flag = KRT_EGRESS_FLAG_HOSTS_V4,
+			.deny_flag = KRT_EGRESS_FLAG_DENY_V4,
+			.allow_flag = KRT_EGRESS_FLAG_ALLOW_V4,
+		};
+		struct krt_egress_v4_key key = {};
+
+		key.prefixlen = 32 + 32;
+		key.set_id = bpf_htonl(set_id);
+		__builtin_memcpy(key.addr, host.addr, sizeof(key.addr));
+		return decide(&v4_maps, &host, &key, flags, learned);
 	} else {
-		decision = KRT_EGRESS_UNMATCHED;
+		const struct family_maps v6_maps = {
+			.deny = &deny_v6,
+			.allow = &allow_v6,
+			.hosts_flag = KRT_EGRESS_FLAG_HOSTS_V6,
+			.deny_flag = KRT_EGRESS_FLAG_DENY_V6,
+			.allow_flag = KRT_EGRESS_FLAG_ALLOW_V6,
+		};
+		struct krt_egress_v6_key key = {};
+
+		key.prefixlen = 32 + 128;
+		key.set_id = bpf_htonl(set_id);
+		__builtin_memcpy(key.addr, host.addr, sizeof(key.addr));
+		return decide(&v6_maps, &host, &key, flags, learned);
+	}
+}
+
+/*
+ * Counts a decision (and observes it: every refusal, and everything for
+ * a set observing) and returns its verdict. Both paths end here, the
+ * cached one included, so a cached verdict is counted and observed
+ * exactly like the one it repeats.
+ */
+static __always_inline int conclude(struct krt_egress_stats *st, __u32 set_id,
+				    __u32 flags, const struct destination *dst,
+				    __u32 decision)
+{
+	int verdict;
+
+	switch (decision) {
+	case KRT_EGRESS_DENIED:
+		count(&st->denied);
+		verdict = SKB_DROP;
+		break;
+	case KRT_EGRESS_ALLOWED:
+		count(&st->allowed);
 		verdict = SKB_PASS;
+		break;
+	case KRT_EGRESS_DEFAULT_DENIED:
+		count(&st->default_denied);
+		verdict = SKB_DROP;
+		break;
+	default:
+		decision = KRT_EGRESS_UNMATCHED;
 		count(&st->unmatched);
+		verdict = SKB_PASS;
+		break;
 	}
 
 	/*
@@ -401,7 +537,8 @@ static __always_inline int decide(struct krt_egress_stats *st,
 	 * only cost when it is off: this test.
 	 */
 	if ((flags & KRT_EGRESS_FLAG_OBSERVE) || verdict == SKB_DROP)
-		observe(st, host->set_id, host->family, host->addr, decision);
+		observe(set_id, dst->family, decision, dst->words[0],
+			dst->words[1]);
 	return verdict;
 }
 
@@ -441,135 +578,172 @@ static __always_inline const void *ip_header(struct __sk_buff *skb,
 	return copy;
 }
 
-static __always_inline int filter_v4(struct __sk_buff *skb,
-				     struct krt_egress_stats *st,
-				     __u32 set_id, __u32 flags)
+/* What parse() found. */
+enum parsed {
+	PARSED_IP = 0,
+	/* skb->protocol says IPv4 or IPv6 but the header is not one. */
+	PARSED_MALFORMED = 1,
+	/* Neither IPv4 nor IPv6. */
+	PARSED_OTHER = 2,
+};
+
+/*
+ * The destination of the packet. The family comes from skb->protocol,
+ * never from payload bytes, so an IPv4 packet cannot be parsed as IPv6 or
+ * the other way round.
+ */
+static __always_inline enum parsed parse(struct __sk_buff *skb,
+					 struct destination *dst)
 {
-	const struct family_maps v4_maps = {
-		.deny = &deny_v4,
-		.allow = &allow_v4,
-		.hosts_flag = KRT_EGRESS_FLAG_HOSTS_V4,
-		.deny_flag = KRT_EGRESS_FLAG_DENY_V4,
-		.allow_flag = KRT_EGRESS_FLAG_ALLOW_V4,
-	};
-	struct krt_egress_host_key host = {};
-	struct krt_egress_v4_key key = {};
-	const struct iphdr *ip;
-	struct iphdr copy;
-	__u8 version_ihl;
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		const struct iphdr *ip;
+		struct iphdr copy;
+		__u8 version_ihl;
 
-	ip = ip_header(skb, &copy, sizeof(copy));
-	if (!ip)
-		return malformed(st, flags);
-	/* The first byte, not the bitfields: their layout is endian-bound. */
-	version_ihl = *(const __u8 *)ip;
-	if ((version_ihl >> 4) != 4 || (version_ihl & 0xf) < 5)
-		return malformed(st, flags);
+		ip = ip_header(skb, &copy, sizeof(copy));
+		if (!ip)
+			return PARSED_MALFORMED;
+		/* The first byte, not the bitfields: their layout is
+		 * endian-bound. */
+		version_ihl = *(const __u8 *)ip;
+		if ((version_ihl >> 4) != 4 || (version_ihl & 0xf) < 5)
+			return PARSED_MALFORMED;
+		/*
+		 * The destination is judged, not the route: with a
+		 * source-route option (LSRR/SSRR) the header holds the first
+		 * hop of the route and later hops are in the options. Linux
+		 * hosts refuse to forward source-routed packets by default,
+		 * and like any IP-layer filter this one judges the address
+		 * the packet is sent to.
+		 */
+		dst->family = KRT_EGRESS_IPV4;
+		__builtin_memcpy(dst->addr, &ip->daddr, 4);
+		return PARSED_IP;
+	}
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		const struct ipv6hdr *ip6;
+		struct ipv6hdr copy;
 
-	/*
-	 * The destination is judged, not the route: with a source-route
-	 * option (LSRR/SSRR) the header holds the first hop of the route
-	 * and later hops are in the options. Linux hosts refuse to forward
-	 * source-routed packets by default, and like any IP-layer filter this
-	 * one judges the address the packet is sent to.
-	 */
-	host.set_id = set_id;
-	host.family = KRT_EGRESS_IPV4;
-	__builtin_memcpy(host.addr, &ip->daddr, 4);
-	key.prefixlen = 32 + 32;
-	key.set_id = bpf_htonl(set_id);
-	__builtin_memcpy(key.addr, &ip->daddr, sizeof(key.addr));
-	return decide(st, &v4_maps, &host, &key, flags);
+		ip6 = ip_header(skb, &copy, sizeof(copy));
+		if (!ip6)
+			return PARSED_MALFORMED;
+		if ((*(const __u8 *)ip6 >> 4) != 6)
+			return PARSED_MALFORMED;
+		/*
+		 * Extension headers (hop-by-hop, destination options,
+		 * fragment, ...) follow the fixed header and do not move the
+		 * destination address, which is always at the same offset of
+		 * the fixed header: no chain walk is needed. The one header
+		 * that matters is a routing header: then the fixed header's
+		 * destination is the next segment and the final one is in the
+		 * routing header. As for IPv4 source routes, the address the
+		 * packet is sent to is judged (Linux drops type 0 routing
+		 * headers and processes SRv6 only where enabled).
+		 *
+		 * An IPv6 socket talking to an IPv4-mapped address
+		 * (::ffff:a.b.c.d) sends IPv4 packets, which are parsed as
+		 * IPv4 above: IPv4 destinations belong in the IPv4 tries
+		 * only.
+		 */
+		dst->family = KRT_EGRESS_IPV6;
+		__builtin_memcpy(dst->addr, &ip6->daddr, 16);
+		return PARSED_IP;
+	}
+	return PARSED_OTHER;
 }
 
-static __always_inline int filter_v6(struct __sk_buff *skb,
-				     struct krt_egress_stats *st,
-				     __u32 set_id, __u32 flags)
+/* The current value of a generation slot (0 if the map says nothing,
+ * which an array of this size never does). */
+static __always_inline __u64 generation(__u32 slot)
 {
-	const struct family_maps v6_maps = {
-		.deny = &deny_v6,
-		.allow = &allow_v6,
-		.hosts_flag = KRT_EGRESS_FLAG_HOSTS_V6,
-		.deny_flag = KRT_EGRESS_FLAG_DENY_V6,
-		.allow_flag = KRT_EGRESS_FLAG_ALLOW_V6,
-	};
-	struct krt_egress_host_key host = {};
-	struct krt_egress_v6_key key = {};
-	const struct ipv6hdr *ip6;
-	struct ipv6hdr copy;
+	__u64 *g = bpf_map_lookup_elem(&egress_generation, &slot);
 
-	ip6 = ip_header(skb, &copy, sizeof(copy));
-	if (!ip6)
-		return malformed(st, flags);
-	if ((*(const __u8 *)ip6 >> 4) != 6)
-		return malformed(st, flags);
-
-	/*
-	 * Extension headers (hop-by-hop, destination options, fragment, ...)
-	 * follow the fixed header and do not move the destination address,
-	 * which is always at the same offset of the fixed header: no chain
-	 * walk is needed. The one header that matters is a routing header:
-	 * then the fixed header's destination is the next segment and the
-	 * final one is in the routing header. As for IPv4 source routes, the
-	 * address the packet is sent to is judged (Linux drops type 0
-	 * routing headers and processes SRv6 only where enabled).
-	 *
-	 * An IPv6 socket talking to an IPv4-mapped address (::ffff:a.b.c.d)
-	 * sends IPv4 packets, which reach filter_v4: IPv4 destinations
-	 * belong in the IPv4 tries only.
-	 */
-	host.set_id = set_id;
-	host.family = KRT_EGRESS_IPV6;
-	__builtin_memcpy(host.addr, &ip6->daddr, 16);
-	key.prefixlen = 32 + 128;
-	key.set_id = bpf_htonl(set_id);
-	__builtin_memcpy(key.addr, &ip6->daddr, sizeof(key.addr));
-	return decide(st, &v6_maps, &host, &key, flags);
+	/* One 8-byte load: the snooper's atomic adds are never torn. */
+	return g ? *(volatile __u64 *)g : 0;
 }
 
-SEC("cgroup_skb/egress")
-int krt_egress(struct __sk_buff *skb)
+/*
+ * Whether `c` still holds the verdict for `dst`: taken at the current
+ * generations, for this destination, and no learned address in it has
+ * expired since.
+ */
+static __always_inline bool cache_holds(const struct krt_egress_sock_cache *c,
+					__u64 policy_gen, __u64 learned_gen,
+					const struct destination *dst)
 {
-	struct krt_egress_filter *filter;
-	struct krt_egress_stats *st;
-	__u32 set_id, flags, zero = 0;
-	__u64 cgroup_id;
+	const __u64 *addr = (const __u64 *)c->addr;
+	__u64 expires;
 
-	/*
-	 * The cgroup of the packet's socket. The kernel runs inet egress
-	 * programs only for packets of full sockets (request sockets map to
-	 * their listener), so this is never 0 on real egress; in
-	 * BPF_PROG_TEST_RUN the kernel supplies a socket carrying the test
-	 * process's cgroup. A 0 would miss the lookup below (userspace never
-	 * registers 0) and pass, like any unselected cgroup.
-	 *
-	 * There is deliberately no fallback to bpf_get_current_cgroup_id():
-	 * 5.10 refuses that helper in cgroup_skb programs (one call would make
-	 * the object unloadable there), and egress also runs in softirq
-	 * context (TCP retransmits, ACKs), where "current" is whatever task
-	 * was interrupted.
-	 */
-	cgroup_id = bpf_skb_cgroup_id(skb);
-	filter = bpf_map_lookup_elem(&cgroup_filters, &cgroup_id);
+	if (c->policy_gen != policy_gen || c->learned_gen != learned_gen ||
+	    c->family != dst->family || addr[0] != dst->words[0] ||
+	    addr[1] != dst->words[1])
+		return false;
+	expires = c->expires_ns;
+	return expires == 0 || bpf_ktime_get_ns() < expires;
+}
+
+/*
+ * Caches a verdict on the socket: replaces an entry that no longer holds
+ * (`stale`) or creates the first. An entry that holds for another
+ * destination (a UDP socket sending to many) is kept: the first
+ * destination stays fast, the others take the full path, and the socket
+ * does not trade one allocation per packet for a cache that never hits.
+ */
+static __always_inline void cache_verdict(struct krt_egress_stats *st,
+					  struct bpf_sock *sk,
+					  const struct krt_egress_sock_cache *c,
+					  const struct krt_egress_sock_cache *fresh)
+{
+	if (c) {
+		if (c->policy_gen == fresh->policy_gen &&
+		    c->learned_gen == fresh->learned_gen &&
+		    (c->expires_ns == 0 ||
+		     bpf_ktime_get_ns() < c->expires_ns))
+			return;
+		/* Never written in place (see egress.h): replaced. */
+		bpf_sk_storage_delete(&egress_sock_cache, sk);
+	}
+	if (!bpf_sk_storage_get(&egress_sock_cache, sk, (void *)fresh,
+				BPF_SK_STORAGE_GET_F_CREATE))
+		count(&st->cache_failed);
+}
+
+/*
+ * The cgroup_filters entry of the packet's socket's cgroup, or NULL (the
+ * cgroup is not selected).
+ *
+ * The kernel runs inet egress programs only for packets of full sockets
+ * (request sockets map to their listener), so the cgroup id is never 0 on
+ * real egress; in BPF_PROG_TEST_RUN the kernel supplies a socket carrying
+ * the test process's cgroup. A 0 would miss the lookup (userspace never
+ * registers 0) and pass, like any unselected cgroup.
+ *
+ * There is deliberately no fallback to bpf_get_current_cgroup_id(): 5.10
+ * refuses that helper in cgroup_skb programs (one call would make the
+ * object unloadable there), and egress also runs in softirq context (TCP
+ * retransmits, ACKs), where "current" is whatever task was interrupted.
+ */
+static __always_inline struct krt_egress_filter *
+cgroup_filter(struct __sk_buff *skb)
+{
+	__u64 cgroup_id = bpf_skb_cgroup_id(skb);
+
+	return bpf_map_lookup_elem(&cgroup_filters, &cgroup_id);
+}
+
+/*
+ * A packet parse() could not take a destination from: malformed (by the
+ * set's flags) or not IP (passed). Counted for a selected cgroup only.
+ */
+static __attribute__((noinline)) int
+unparsed(struct __sk_buff *skb, struct krt_egress_stats *st, enum parsed parsed)
+{
+	struct krt_egress_filter *filter = cgroup_filter(skb);
+
 	if (!filter)
 		return SKB_PASS;
-	/* Read once: userspace may rewrite the entry concurrently. */
-	set_id = filter->set_id;
-	flags = filter->flags;
-
-	st = bpf_map_lookup_elem(&stats, &zero);
-	if (!st)
-		return SKB_PASS; /* cannot happen: a one-element array */
-
-	/*
-	 * The family comes from skb->protocol, never from payload bytes, so
-	 * an IPv4 packet cannot be parsed as IPv6 or the other way round.
-	 */
-	if (skb->protocol == bpf_htons(ETH_P_IP))
-		return filter_v4(skb, st, set_id, flags);
-	if (skb->protocol == bpf_htons(ETH_P_IPV6))
-		return filter_v6(skb, st, set_id, flags);
-
+	if (parsed == PARSED_MALFORMED)
+		return malformed(st, filter->flags);
 	/*
 	 * Not IP. The inet egress hook runs from ip_finish_output and
 	 * ip6_finish_output, so real traffic never gets here (a test run
@@ -578,4 +752,86 @@ int krt_egress(struct __sk_buff *skb)
 	 */
 	count(&st->other_protocol);
 	return SKB_PASS;
+}
+
+SEC("cgroup_skb/egress")
+int krt_egress(struct __sk_buff *skb)
+{
+	struct krt_egress_sock_cache *c = NULL, fresh;
+	struct krt_egress_filter *filter;
+	struct krt_egress_stats *st;
+	struct destination dst = {};
+	__u64 policy_gen, learned_gen, expires_ns = 0;
+	__u32 set_id, flags, decision, learned = 0, zero = 0;
+	struct bpf_sock *sk;
+	enum parsed parsed;
+	int verdict;
+
+	st = bpf_map_lookup_elem(&stats, &zero);
+	if (!st)
+		return SKB_PASS; /* cannot happen: a one-element array */
+
+	/*
+	 * Read before any lookup, so a verdict cached below is checked
+	 * against generations no newer than the maps it was taken from.
+	 */
+	policy_gen = generation(KRT_EGRESS_GEN_POLICY);
+	learned_gen = generation(KRT_EGRESS_GEN_LEARNED);
+
+	parsed = parse(skb, &dst);
+	if (parsed != PARSED_IP)
+		return unparsed(skb, st, parsed);
+
+	/*
+	 * The socket's cached verdict. The kernel runs inet egress programs
+	 * for packets of full sockets (request and timewait sockets, which
+	 * send SYN-ACKs and RSTs, take the full path). A socket's cgroup is
+	 * fixed when it is created, so the cgroup's set is what the policy
+	 * generation covers.
+	 */
+	sk = skb->sk;
+	if (sk)
+		sk = bpf_sk_fullsock(sk);
+	if (sk) {
+		c = bpf_sk_storage_get(&egress_sock_cache, sk, 0, 0);
+		if (c && cache_holds(c, policy_gen, learned_gen, &dst)) {
+			count(&st->cached);
+			return conclude(st, c->set_id, c->flags, &dst,
+					c->decision);
+		}
+	}
+
+	filter = cgroup_filter(skb);
+	if (!filter)
+		return SKB_PASS;
+	/* Read once: userspace may rewrite the entry concurrently. */
+	set_id = filter->set_id;
+	flags = filter->flags;
+
+	if (flags & KRT_EGRESS_FLAG_DOMAINS) {
+		/* The same layout (egress.h): the host key is the learned key. */
+		struct krt_egress_host_key learned_key = {};
+
+		learned_key.set_id = set_id;
+		learned_key.family = dst.family;
+		__builtin_memcpy(learned_key.addr, dst.addr, 16);
+		learned = learned_verdicts(st, &learned_key, &expires_ns);
+	}
+	decision = decide_destination(set_id, flags,
+				      dst.family | (learned << 8),
+				      dst.words[0], dst.words[1]);
+	verdict = conclude(st, set_id, flags, &dst, decision);
+	if (sk) {
+		__builtin_memset(&fresh, 0, sizeof(fresh));
+		fresh.policy_gen = policy_gen;
+		fresh.learned_gen = learned_gen;
+		fresh.expires_ns = expires_ns;
+		fresh.set_id = set_id;
+		fresh.flags = flags;
+		fresh.decision = decision;
+		fresh.family = dst.family;
+		__builtin_memcpy(fresh.addr, dst.addr, 16);
+		cache_verdict(st, sk, c, &fresh);
+	}
+	return verdict;
 }

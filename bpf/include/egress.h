@@ -255,6 +255,52 @@ struct krt_egress_stats {
 	__u64 learned_hits;
 	/* ... or had expired (it then decides nothing). */
 	__u64 learned_expired;
+	/* Packets decided by their socket's cached verdict (counted in one
+	 * of the first four counters too): no map but the generations was
+	 * read for them. */
+	__u64 cached;
+	/* Verdicts that could not be cached on their socket (allocation
+	 * failed, or another CPU cached one first): the next packet of the
+	 * socket takes the full path again. */
+	__u64 cache_failed;
+};
+
+/*
+ * Slots of `egress_generation`. Every cached verdict holds the values of
+ * both as they were read before the lookups that produced it; a value
+ * differing from the current one means the verdict may be stale.
+ */
+enum krt_egress_generation_slot {
+	/* Written by userspace after every change to cgroup_filters, the
+	 * host map, the tries or the learned addresses: a fresh value that
+	 * never repeats (not a counter, so that no value read while it is
+	 * being written can equal an older one). */
+	KRT_EGRESS_GEN_POLICY = 0,
+	/* Added to (atomically) by the DNS answer snooper whenever an
+	 * answer teaches a set an address, or a verdict, it did not hold. */
+	KRT_EGRESS_GEN_LEARNED = 1,
+	KRT_EGRESS_GEN_SLOTS = 2,
+};
+
+/*
+ * A socket's cached verdict (sk storage `egress_sock_cache`): what the
+ * full path decided for the socket's last destination. Never written in
+ * place once published: a new verdict replaces the element (delete, then
+ * create with the new value), so a reader on another CPU sees the old
+ * element or the new one, never a mix.
+ */
+struct krt_egress_sock_cache {
+	__u64 policy_gen; /* egress_generation[KRT_EGRESS_GEN_POLICY] */
+	__u64 learned_gen; /* egress_generation[KRT_EGRESS_GEN_LEARNED] */
+	/* bpf_ktime_get_ns() after which a learned address that took part
+	 * in the verdict has expired; 0 when none did. */
+	__u64 expires_ns;
+	__u32 set_id;
+	__u32 flags; /* the cgroup's krt_egress_filter.flags */
+	__u32 decision; /* enum krt_egress_decision */
+	__u32 family; /* enum krt_egress_family */
+	/* The destination, network byte order; IPv4 in the first 4 bytes. */
+	__u8 addr[16];
 };
 
 #endif /* KRT_EGRESS_H */

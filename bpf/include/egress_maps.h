@@ -46,4 +46,14 @@ struct {
 	__type(value, struct krt_egress_learned);
 } egress_learned SEC(".maps");
 
+/* The generations of every cached verdict (enum
+ * krt_egress_generation_slot): userspace writes one slot, the snooper adds
+ * to the other, the filter reads both. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KRT_EGRESS_GEN_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} egress_generation SEC(".maps");
+
 #endif /* KRT_EGRESS_MAPS_H */

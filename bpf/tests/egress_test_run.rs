@@ -1033,3 +1033,68 @@ fn loading_restores_the_callers_libbpf_print_callback() {
     libbpf_rs::set_print(before);
     assert_eq!(after, Some(libbpf_rs::PrintLevel::Debug));
 }
+
+/// A test run with a repeat count sends its packets over one socket: the
+/// first takes the full path, the rest its cached verdict, which is
+/// counted and observed like the verdict it repeats. A malformed packet is
+/// never cached.
+#[test]
+fn a_sockets_later_packets_take_its_cached_verdict() {
+    let _g = shared();
+    let observe = FilterFlags {
+        observe: true,
+        ..FilterFlags::default()
+    };
+    let f = filter_for(7, NONE, &["192.0.2.0/24"], observe);
+    let run = f
+        .test_run_repeat(&Frame::V4("192.0.2.1").bytes(), 50)
+        .unwrap();
+    assert_eq!(run.verdict, DROP);
+    let run = f
+        .test_run_repeat(&Frame::V6("2001:db8::9").bytes(), 30)
+        .unwrap();
+    assert_eq!(run.verdict, PASS);
+    let stats = f.read_stats().unwrap();
+    assert_eq!(
+        (
+            stats.denied,
+            stats.unmatched,
+            stats.cached,
+            stats.cache_failed
+        ),
+        (50, 30, 49 + 29, 0),
+        "{stats:?}"
+    );
+    let mut got = f.drain_observations().unwrap();
+    got.sort();
+    assert_eq!(
+        got.iter()
+            .map(|o| (o.destination, o.decision, o.count))
+            .collect::<Vec<_>>(),
+        vec![
+            ("192.0.2.1".parse().unwrap(), Denied, 50),
+            ("2001:db8::9".parse().unwrap(), Unmatched, 30),
+        ]
+    );
+
+    // A change between two runs: the next socket's first packet decides
+    // anew (a socket of its own), and so do the cached ones after it.
+    f.remove(7, Verdict::Deny, "192.0.2.0/24".parse().unwrap())
+        .unwrap();
+    let run = f
+        .test_run_repeat(&Frame::V4("192.0.2.1").bytes(), 20)
+        .unwrap();
+    assert_eq!(run.verdict, PASS);
+
+    let before = f.read_stats().unwrap();
+    f.test_run_repeat(&Frame::V4ShortIhl.bytes(), 10).unwrap();
+    let after = f.read_stats().unwrap();
+    assert_eq!(
+        (
+            after.malformed_passed - before.malformed_passed,
+            after.cached - before.cached
+        ),
+        (10, 0),
+        "{after:?}"
+    );
+}

@@ -157,6 +157,48 @@ fn resolve_then_connect(resolver: SocketAddr, name: &str, port: u16) -> i32 {
     connect_code(SocketAddr::from((addr, port)), b"")
 }
 
+/// The child's `udp-session`: one UDP socket connected to `addr` for the
+/// whole session (so its packets after the first can take its cached
+/// verdict), driven by lines on stdin: `send` sends one datagram and
+/// answers `sent` or `refused` (the egress hook's drop is EPERM to a
+/// connected UDP socket); `resolve <name> <resolver>` asks a resolver, from
+/// another socket, for `name` and answers `answered` or `no-answer`. Ends
+/// at EOF.
+fn udp_session(addr: SocketAddr) -> i32 {
+    use std::io::BufRead as _;
+    let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    s.connect(addr).unwrap();
+    let mut out = std::io::stdout();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap();
+        let reply = match line.split_whitespace().collect::<Vec<_>>()[..] {
+            ["send"] => match s.send(b"krt-session") {
+                Ok(_) => "sent",
+                Err(e) if e.kind() == ErrorKind::PermissionDenied => "refused",
+                Err(e) => panic!("child: send to {addr}: {e}"),
+            },
+            ["resolve", name, resolver] => {
+                let q = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+                q.set_read_timeout(Some(RECV_TIMEOUT)).unwrap();
+                q.send_to(
+                    &dnsmsg::query(0x6b73, name, dnsmsg::TYPE_A),
+                    resolver.parse::<SocketAddr>().unwrap(),
+                )
+                .unwrap();
+                let mut buf = [0u8; 512];
+                match q.recv_from(&mut buf) {
+                    Ok((n, _)) if dnsmsg::first_a(&buf[..n]).is_some() => "answered",
+                    _ => "no-answer",
+                }
+            }
+            _ => panic!("child: unknown session command {line:?}"),
+        };
+        writeln!(out, "{reply}").unwrap();
+        out.flush().unwrap();
+    }
+    EXIT_DONE
+}
+
 /// The child's side: not a test unless [`CHILD_ENV`] is set, when it joins
 /// the cgroup, does its one operation and exits with an [`Outcome`] code.
 #[test]
@@ -186,6 +228,7 @@ fn traffic_child() {
             let (name, port) = text.split_once(' ').unwrap();
             resolve_then_connect(addr, name, port.parse().unwrap())
         }
+        "udp-session" => udp_session(addr),
         "udp" => {
             let local: SocketAddr = if addr.is_ipv4() {
                 (Ipv4Addr::LOCALHOST, 0).into()
@@ -297,6 +340,97 @@ fn udp_delivers(cg: &TempCgroup, ip: IpAddr) -> bool {
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
+}
+
+/// A child in a cgroup holding one connected UDP socket (`udp-session`),
+/// and the socket on this side that its datagrams are sent to.
+struct UdpSession {
+    child: std::process::Child,
+    /// `None` once closed (EOF ends the child).
+    commands: Option<std::process::ChildStdin>,
+    replies: std::io::BufReader<std::process::ChildStdout>,
+    receiver: UdpSocket,
+}
+
+impl UdpSession {
+    fn start(cg: &TempCgroup, ip: Ipv4Addr) -> Self {
+        use std::process::Stdio;
+        let receiver = UdpSocket::bind((ip, 0)).unwrap();
+        receiver.set_read_timeout(Some(RECV_TIMEOUT)).unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "traffic_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(
+                CHILD_ENV,
+                format!(
+                    "{}\tudp-session\t{}\t",
+                    cg.0.display(),
+                    receiver.local_addr().unwrap()
+                ),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let commands = child.stdin.take();
+        let replies = std::io::BufReader::new(child.stdout.take().unwrap());
+        Self {
+            child,
+            commands,
+            replies,
+            receiver,
+        }
+    }
+
+    /// Sends `command` and returns the child's reply line, skipping the
+    /// test harness's own lines (the child runs with `--nocapture`, so
+    /// that its replies reach the pipe instead of the harness's capture).
+    fn ask(&mut self, command: &str) -> String {
+        use std::io::BufRead as _;
+        let commands = self.commands.as_mut().unwrap();
+        writeln!(commands, "{command}").unwrap();
+        commands.flush().unwrap();
+        loop {
+            let mut line = String::new();
+            assert_ne!(
+                self.replies.read_line(&mut line).unwrap(),
+                0,
+                "the session child ended"
+            );
+            // The harness's "test traffic_child ... " has no newline, so
+            // the first reply ends its line.
+            let last = line.split_whitespace().last().unwrap_or_default();
+            if ["sent", "refused", "answered", "no-answer"].contains(&last) {
+                return last.to_owned();
+            }
+        }
+    }
+
+    /// One datagram over the session's socket: whether it arrived.
+    fn delivers(&mut self) -> bool {
+        let reply = self.ask("send");
+        let mut buf = [0u8; 64];
+        let got = match self.receiver.recv_from(&mut buf) {
+            Ok((n, _)) => &buf[..n] == b"krt-session",
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,
+            Err(e) => panic!("recv: {e}"),
+        };
+        if got {
+            assert_eq!(reply, "sent");
+        }
+        got
+    }
+}
+
+impl Drop for UdpSession {
+    fn drop(&mut self) {
+        drop(self.commands.take());
+        let _ = self.child.wait();
+    }
 }
 
 // ---- the egress filter ----------------------------------------------------------------
@@ -936,4 +1070,117 @@ fn a_deny_by_domain_drops_the_answered_address() {
     let stats = s.filter.read_stats().unwrap();
     assert!(stats.denied >= 2 && stats.learned_hits >= 2, "{stats:?}");
     assert_eq!(s.filter.read_snoop_stats().unwrap().learned, 1);
+}
+
+// ---- cached verdicts --------------------------------------------------------------
+
+/// A socket's packets after its first take its cached verdict; each change
+/// to the set's entries or to the cgroup's flags reaches that socket at
+/// its very next packet.
+#[test]
+fn a_policy_change_reaches_a_socket_that_already_sent() {
+    let dst = Ipv4Addr::new(127, 0, 0, 30);
+    let host = Prefix::host(IpAddr::V4(dst));
+    let default_deny = FilterFlags {
+        default_deny: true,
+        ..FilterFlags::default()
+    };
+    let e = Egress::new("cache-policy", &["127.0.0.30/32"], &[], default_deny);
+    let mut s = UdpSession::start(&e.cg, dst);
+
+    let before = e.stats();
+    for _ in 0..3 {
+        assert!(s.delivers(), "allowed");
+    }
+    let after = e.stats();
+    assert_eq!(after.allowed - before.allowed, 3, "{after:?}");
+    assert!(
+        after.cached - before.cached >= 2,
+        "the 2nd and 3rd datagrams take the cached verdict: {before:?} -> {after:?}"
+    );
+
+    e.filter.remove(SET, Verdict::Allow, host).unwrap();
+    assert!(!s.delivers(), "allow entry removed: the default deny");
+    assert!(!s.delivers(), "... cached as such");
+    e.filter.insert(SET, Verdict::Allow, host).unwrap();
+    assert!(s.delivers(), "allow entry back");
+    e.filter.insert(SET, Verdict::Deny, host).unwrap();
+    assert!(!s.delivers(), "a deny entry beats the allow entry");
+    e.filter.remove(SET, Verdict::Deny, host).unwrap();
+    e.filter.remove(SET, Verdict::Allow, host).unwrap();
+    assert!(!s.delivers(), "nothing allows it");
+    e.filter
+        .set_filter(e.cg.id(), SET, FilterFlags::default())
+        .unwrap();
+    assert!(s.delivers(), "the cgroup's flags no longer deny by default");
+    e.filter.set_filter(e.cg.id(), SET, default_deny).unwrap();
+    assert!(!s.delivers(), "default deny again");
+
+    let end = e.stats();
+    assert!(end.cached > after.cached, "{end:?}");
+    assert_eq!(end.cache_failed, 0, "{end:?}");
+    println!("cached verdicts followed every change; stats {end:?}");
+}
+
+/// An answer that teaches a set an address reaches a socket whose packets
+/// to it were cached as dropped, and the cached verdict the learned
+/// address made ends with the address's TTL.
+#[test]
+fn a_learned_address_reaches_a_socket_that_already_sent_until_its_ttl_ends() {
+    let dst = Ipv4Addr::new(127, 0, 0, 31);
+    let resolver = Resolver::start(Ipv4Addr::new(127, 0, 1, 54), &[("cached.test", dst, 1)]);
+    let allow = DomainVerdicts {
+        allow: true,
+        deny: false,
+    };
+    let flags = FilterFlags {
+        default_deny: true,
+        observe: false,
+        domains: true,
+    };
+    let snooped = Snooped::new(
+        "cache-learned",
+        &["127.0.1.54/32"],
+        &[("cached.test", allow)],
+        flags,
+    );
+    let mut s = UdpSession::start(&snooped.cg, dst);
+
+    assert!(!s.delivers(), "before any answer the default deny holds");
+    assert!(!s.delivers(), "... cached as such");
+    assert_eq!(
+        s.ask(&format!("resolve cached.test {}", resolver.addr)),
+        "answered"
+    );
+    let answered = Instant::now();
+    assert!(
+        s.delivers(),
+        "the answer reaches the socket's cached verdict"
+    );
+    let before = snooped.filter.read_stats().unwrap();
+    assert!(s.delivers(), "and is cached in turn");
+    let after = snooped.filter.read_stats().unwrap();
+    assert_eq!(after.cached - before.cached, 1, "{after:?}");
+
+    // TTL 1 s counts for the 5 s minimum: then the cached verdict ends too.
+    let deadline = answered + DNS_TTL_MIN + Duration::from_secs(5);
+    while snooped
+        .filter
+        .learned()
+        .unwrap()
+        .iter()
+        .any(|l| l.remaining.is_some())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the learned address never expired"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!s.delivers(), "after the TTL the default deny holds again");
+    println!(
+        "learned, delivered, expired after {:?}; stats {:?}",
+        answered.elapsed(),
+        snooped.filter.read_stats().unwrap()
+    );
 }

@@ -9,10 +9,11 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
+use std::hash::{BuildHasher as _, RandomState};
 use std::net::IpAddr;
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use libbpf_rs::query::LinkTypeInfo;
@@ -51,12 +52,15 @@ const BINDINGS: &str = "egress_bindings";
 const DOMAINS: &str = "egress_domains";
 const LEARNED: &str = "egress_learned";
 const DOMAIN_RULES: &str = "egress_domain_rules";
+/// The generations cached verdicts are checked against (not pinned: a
+/// new load starts a new socket cache too).
+const GENERATION: &str = "egress_generation";
 /// The snooper's own map of counters (not pinned: counters since load).
 const SNOOP_STATS: &str = "snoop_stats";
 
 /// The filter's maps the snooper object declares too (`egress_maps.h`)
 /// and reuses instead of creating.
-const SHARED_WITH_SNOOP: [&str; 3] = [CGROUP_FILTERS, DOMAINS, LEARNED];
+const SHARED_WITH_SNOOP: [&str; 4] = [CGROUP_FILTERS, DOMAINS, LEARNED, GENERATION];
 
 /// Every map pinned: all of the object's but libbpf's internal `.bss`.
 const PINNED_MAPS: [&str; 15] = [
@@ -102,6 +106,8 @@ pub(super) struct Filter {
     domains: Map,
     learned: Map,
     domain_rules: Map,
+    /// `egress_generation`, shared with the snooper.
+    generation: Arc<PolicyGeneration>,
     /// What the occupancy bits of `cgroup_filters` are computed from.
     occupancy: Mutex<Occupancy>,
     /// The DNS answer snooper over this filter's maps, or why the kernel
@@ -172,6 +178,57 @@ impl Occupancy {
 struct Map {
     name: &'static str,
     handle: MapHandle,
+    /// Set for `cgroup_filters`: every change to it writes a new policy
+    /// generation, so no socket keeps a cached verdict the change could
+    /// alter. (The entry maps advance it through
+    /// `Filter::entries_changed`, only for sets some cgroup uses.)
+    generation: Option<Arc<PolicyGeneration>>,
+}
+
+/// The userspace slot of `egress_generation` (`KRT_EGRESS_GEN_POLICY`).
+///
+/// Each change writes a value that never repeats rather than a count:
+/// the kernel copies an array value with `memcpy`, which a program on
+/// another CPU may read half written, and a half-old, half-new count could
+/// equal an older count that some socket cached. Keyed SipHash of a counter
+/// (the key random per load) gives values that neither repeat nor mix into
+/// an older one in practice.
+#[derive(Debug)]
+struct PolicyGeneration {
+    handle: MapHandle,
+    /// The hash key and the number of changes so far; the lock also
+    /// orders the writes, so a later value is never overwritten by an
+    /// earlier one.
+    state: Mutex<(RandomState, u64)>,
+}
+
+impl PolicyGeneration {
+    fn new(handle: MapHandle) -> Self {
+        Self {
+            handle,
+            state: Mutex::new((RandomState::new(), 0)),
+        }
+    }
+
+    /// Writes a new generation: every socket's cached verdict is decided
+    /// again at its next packet.
+    fn advance(&self) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.1 += 1;
+        let value = state.0.hash_one(state.1);
+        self.handle
+            .update(
+                &key::GENERATION_POLICY_KEY,
+                &value.to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(|e| EgressError::Map {
+                map: GENERATION,
+                op: "update",
+                errno: errno(&e),
+                message: format!("{e:#}"),
+            })
+    }
 }
 
 impl Map {
@@ -192,17 +249,23 @@ impl Map {
         }
     }
 
+    /// After a change: a new policy generation if verdicts read this map.
+    fn changed(&self) -> Result<()> {
+        self.generation.as_ref().map_or(Ok(()), |g| g.advance())
+    }
+
     fn update(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.handle
             .update(key, value, MapFlags::ANY)
-            .map_err(|e| self.err("update", &e))
+            .map_err(|e| self.err("update", &e))?;
+        self.changed()
     }
 
     /// Inserts `key` unless it is there (for an LPM trie: that exact
     /// prefix); whether it was inserted.
     fn insert_new(&self, key: &[u8], value: &[u8]) -> Result<bool> {
         match self.handle.update(key, value, MapFlags::NO_EXIST) {
-            Ok(()) => Ok(true),
+            Ok(()) => self.changed().map(|()| true),
             Err(e) if errno(&e) == Some(libc::EEXIST) => Ok(false),
             Err(e) => Err(self.err("update", &e)),
         }
@@ -217,7 +280,7 @@ impl Map {
     /// Deletes `key`; whether it was there.
     fn delete(&self, key: &[u8]) -> Result<bool> {
         match self.handle.delete(key) {
-            Ok(()) => Ok(true),
+            Ok(()) => self.changed().map(|()| true),
             Err(e) if errno(&e) == Some(libc::ENOENT) => Ok(false),
             Err(e) => Err(self.err("delete", &e)),
         }
@@ -256,16 +319,17 @@ impl Snoop {
             })?;
         let mut reused = Vec::new();
         for mut map in open.maps_mut() {
-            let Some(shared) = map.name().to_str().and_then(|name| filter.shared_map(name)) else {
+            let Some((name, shared)) = map.name().to_str().and_then(|name| filter.shared_map(name))
+            else {
                 continue;
             };
-            map.reuse_fd(shared.handle.as_fd())
+            map.reuse_fd(shared.as_fd())
                 .map_err(|e| EgressError::Load {
                     errno: errno(&e),
-                    message: format!("reusing map {} for the snooper: {e:#}", shared.name),
+                    message: format!("reusing map {name} for the snooper: {e:#}"),
                     verifier_log: None,
                 })?;
-            reused.push(shared.name);
+            reused.push(name);
         }
         if let Some(missing) = SHARED_WITH_SNOOP.iter().find(|m| !reused.contains(m)) {
             return Err(EgressError::Load {
@@ -298,6 +362,7 @@ impl Snoop {
             stats: Map {
                 name: SNOOP_STATS,
                 handle: stats,
+                generation: None,
             },
             object,
         };
@@ -571,10 +636,19 @@ impl Filter {
                 message: format!("duplicating the fd of map {name}: {e:#}"),
                 verifier_log: None,
             })?;
-            Ok(Map { name, handle })
+            Ok(Map {
+                name,
+                handle,
+                generation: None,
+            })
         };
+        let generation = Arc::new(PolicyGeneration::new(map(GENERATION)?.handle));
         let mut filter = Self {
-            cgroup_filters: map(CGROUP_FILTERS)?,
+            // See `Map::generation`.
+            cgroup_filters: Map {
+                generation: Some(Arc::clone(&generation)),
+                ..map(CGROUP_FILTERS)?
+            },
             allow_v4: map(ALLOW_V4)?,
             deny_v4: map(DENY_V4)?,
             allow_v6: map(ALLOW_V6)?,
@@ -589,6 +663,7 @@ impl Filter {
             domains: map(DOMAINS)?,
             learned: map(LEARNED)?,
             domain_rules: map(DOMAIN_RULES)?,
+            generation,
             occupancy: Mutex::default(),
             snoop: Err(EgressError::SnoopUnavailable {
                 reason: "not loaded yet".to_owned(),
@@ -623,13 +698,15 @@ impl Filter {
     }
 
     /// The filter's map named `name` if the snooper shares it.
-    fn shared_map(&self, name: &str) -> Option<&Map> {
-        match name {
-            CGROUP_FILTERS => Some(&self.cgroup_filters),
-            DOMAINS => Some(&self.domains),
-            LEARNED => Some(&self.learned),
-            _ => None,
-        }
+    fn shared_map(&self, name: &str) -> Option<(&'static str, &MapHandle)> {
+        let map = match name {
+            CGROUP_FILTERS => &self.cgroup_filters,
+            DOMAINS => &self.domains,
+            LEARNED => &self.learned,
+            GENERATION => return Some((GENERATION, &self.generation.handle)),
+            _ => return None,
+        };
+        Some((map.name, &map.handle))
     }
 
     /// Opens every link pinned under `links_dir`: links of cgroups this
@@ -807,7 +884,11 @@ impl Filter {
         let open = |name: &'static str| -> Result<Map> {
             let path = maps_dir.join(name);
             MapHandle::from_pinned_path(&path)
-                .map(|handle| Map { name, handle })
+                .map(|handle| Map {
+                    name,
+                    handle,
+                    generation: None,
+                })
                 .map_err(|e| pin_err(&path, format!("{e:#}")))
         };
         let maps = [
@@ -1041,6 +1122,7 @@ impl Filter {
     }
 
     pub(super) fn forget_learned(&self, set_id: u32, name_id: Option<u32>) -> Result<usize> {
+        let occupancy = self.occupancy();
         let map = &self.learned;
         let mut forgotten = 0;
         for k in map.keys() {
@@ -1057,6 +1139,9 @@ impl Filter {
                 forgotten += 1;
             }
         }
+        if forgotten > 0 {
+            self.entries_changed(&occupancy, set_id)?;
+        }
         Ok(forgotten)
     }
 
@@ -1070,10 +1155,12 @@ impl Filter {
     ) -> Result<()> {
         let nanos = u64::try_from(counts_for.as_nanos()).unwrap_or(u64::MAX);
         let expires = monotonic_ns()?.saturating_add(nanos);
+        let occupancy = self.occupancy();
         self.learned.update(
             &key::learned_key(set_id, addr),
             &key::learned_value(expires, verdicts, name_id),
-        )
+        )?;
+        self.entries_changed(&occupancy, set_id)
     }
 
     pub(super) fn snoop_error(&self) -> Option<&EgressError> {
@@ -1168,6 +1255,20 @@ impl Filter {
         self.occupancy
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// After a change to set `set_id`'s entries (or learned addresses):
+    /// a new policy generation if some cgroup uses the set. A set no cgroup
+    /// uses has no cached verdict that holds: the change that took its
+    /// last cgroup away wrote `cgroup_filters`, which advanced the
+    /// generation after every verdict cached for it. So a set is programmed
+    /// before its first cgroup without a write per entry. Called under the
+    /// occupancy lock, which `set_filter` holds too.
+    fn entries_changed(&self, occupancy: &Occupancy, set_id: u32) -> Result<()> {
+        if occupancy.cgroups.values().any(|(set, _)| *set == set_id) {
+            self.generation.advance()?;
+        }
+        Ok(())
     }
 
     /// Rewrites the `cgroup_filters` entry of every cgroup of set
@@ -1285,6 +1386,9 @@ impl Filter {
                 occupancy.added(set_id, slot);
             }
         }
+        if inserted.is_ok() {
+            self.entries_changed(&occupancy, set_id)?;
+        }
         let after = occupancy.bits(set_id);
         if after != before | slot.flag() {
             // Nothing was inserted (a full map): the bit goes again. Best
@@ -1331,6 +1435,9 @@ impl Filter {
                 .delete(&key::trie_key(set_id, &prefix))?;
             (removed, removed)
         };
+        if removed {
+            self.entries_changed(&occupancy, set_id)?;
+        }
         if key_gone {
             occupancy.removed(set_id, slot);
             if occupancy.count(set_id, slot) == 0 {

@@ -340,6 +340,12 @@ pub(super) fn decode_trie_key(key: &[u8], v6: bool) -> Option<(u32, Prefix)> {
     Some((set_id, prefix))
 }
 
+/// The `egress_generation` key of the slot userspace writes.
+pub(super) const GENERATION_POLICY_KEY: [u8; 4] =
+    types::krt_egress_generation_slot::KRT_EGRESS_GEN_POLICY
+        .0
+        .to_ne_bytes();
+
 /// The `egress_meta` key (its only element).
 pub(super) const META_KEY: [u8; 4] = 0u32.to_ne_bytes();
 
@@ -787,6 +793,8 @@ pub(super) fn sum_stats(per_cpu: &[Vec<u8>]) -> Option<Stats> {
         s.observe_failed += field(offset_of!(StatsValue, observe_failed))?;
         s.learned_hits += field(offset_of!(StatsValue, learned_hits))?;
         s.learned_expired += field(offset_of!(StatsValue, learned_expired))?;
+        s.cached += field(offset_of!(StatsValue, cached))?;
+        s.cache_failed += field(offset_of!(StatsValue, cache_failed))?;
     }
     Some(s)
 }
@@ -1155,13 +1163,15 @@ mod tests {
     #[test]
     fn stats_sum_over_cpus_field_by_field() {
         let cpu =
-            |base: u64| -> Vec<u8> { (0..11u64).flat_map(|i| (base + i).to_ne_bytes()).collect() };
+            |base: u64| -> Vec<u8> { (0..13u64).flat_map(|i| (base + i).to_ne_bytes()).collect() };
         let s = sum_stats(&[cpu(0), cpu(100)]).unwrap();
         assert_eq!(s.denied, 100);
         assert_eq!(s.allowed, 102);
         assert_eq!(s.other_protocol, 6 + 106);
         assert_eq!(s.observe_failed, 8 + 108);
         assert_eq!(s.learned_expired, 10 + 110);
+        assert_eq!(s.cached, 11 + 111);
+        assert_eq!(s.cache_failed, 12 + 112);
         assert_eq!(sum_stats(&[vec![0; 8]]), None);
         assert_eq!(sum_stats(&[]), Some(Stats::default()));
     }

@@ -192,7 +192,7 @@ pub type Result<T, E = EgressError> = std::result::Result<T, E>;
 /// The layout of the pinned maps this build reads and writes
 /// (`KRT_EGRESS_LAYOUT_VERSION` in `egress_filter.bpf.c`; see the [module
 /// docs](self#pinning-and-restarts)).
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// The longest ledger policy id, in bytes (the field is NUL-padded to 64).
 pub const LEDGER_ID_MAX_LEN: usize = 63;
@@ -374,6 +374,12 @@ pub struct Stats {
     pub learned_hits: u64,
     /// The same, with the entry expired (it decided nothing).
     pub learned_expired: u64,
+    /// Packets decided by their socket's cached verdict (each is counted
+    /// in one of the outcome counters too).
+    pub cached: u64,
+    /// Verdicts that could not be cached on their socket (the socket's
+    /// next packet takes the full path again).
+    pub cache_failed: u64,
 }
 
 /// What the DNS answer snooper read, summed over CPUs since its load
@@ -973,6 +979,8 @@ mod tests {
             observe_failed: 1000,
             learned_hits: 1000,
             learned_expired: 1000,
+            cached: 1000,
+            cache_failed: 1000,
         };
         assert_eq!(s.dropped(), 1 + 4 + 32);
         assert_eq!(s.passed(), 2 + 8 + 16 + 64);
