@@ -316,16 +316,9 @@ struct destination {
 /*
  * Adds one to the (set, family, destination, decision) counter; the
  * destination's 16 bytes come as two words, as struct destination holds
- * them.
- *
- * A global function: the verifier checks it once, on its own, instead of
- * once for every path of the caller that reaches it (it is called from
- * the cached and the full path, under every combination of flags), which
- * keeps the program quick to load on old verifiers. Global functions take
- * scalars only on 5.10, hence the stats lookup of its own (an inlined
- * array read).
+ * them. Inlined at one place only (conclude(), which both paths end in).
  */
-__attribute__((noinline)) int observe(__u32 set_id, __u32 family,
+static __always_inline int observe(__u32 set_id, __u32 family,
 				      __u32 decision, __u64 addr0, __u64 addr1)
 {
 	struct krt_egress_obs_key key;
@@ -765,7 +758,6 @@ int krt_egress(struct __sk_buff *skb)
 	__u32 set_id, flags, decision, learned = 0, zero = 0;
 	struct bpf_sock *sk;
 	enum parsed parsed;
-	int verdict;
 
 	st = bpf_map_lookup_elem(&stats, &zero);
 	if (!st)
@@ -796,8 +788,10 @@ int krt_egress(struct __sk_buff *skb)
 		c = bpf_sk_storage_get(&egress_sock_cache, sk, 0, 0);
 		if (c && cache_holds(c, policy_gen, learned_gen, &dst)) {
 			count(&st->cached);
-			return conclude(st, c->set_id, c->flags, &dst,
-					c->decision);
+			set_id = c->set_id;
+			flags = c->flags;
+			decision = c->decision;
+			goto decided;
 		}
 	}
 
@@ -820,7 +814,6 @@ int krt_egress(struct __sk_buff *skb)
 	decision = decide_destination(set_id, flags,
 				      dst.family | (learned << 8),
 				      dst.words[0], dst.words[1]);
-	verdict = conclude(st, set_id, flags, &dst, decision);
 	if (sk) {
 		__builtin_memset(&fresh, 0, sizeof(fresh));
 		fresh.policy_gen = policy_gen;
@@ -833,5 +826,6 @@ int krt_egress(struct __sk_buff *skb)
 		__builtin_memcpy(fresh.addr, dst.addr, 16);
 		cache_verdict(st, sk, c, &fresh);
 	}
-	return verdict;
+decided:
+	return conclude(st, set_id, flags, &dst, decision);
 }
