@@ -954,6 +954,33 @@ impl Drop for Snooped {
     }
 }
 
+/// A default deny whose allow list names domains.
+const DOMAINS_DEFAULT_DENY: FilterFlags = FilterFlags {
+    default_deny: true,
+    observe: false,
+    domains: true,
+};
+
+/// Waits until no address `filter` learned has time left (an answer with
+/// a TTL of 1 s answered at `answered` counts for the [`DNS_TTL_MIN`]
+/// minimum), failing after 5 s more; returns how long after `answered`.
+fn wait_for_learned_expiry(filter: &EgressFilter, answered: Instant) -> Duration {
+    let deadline = answered + DNS_TTL_MIN + Duration::from_secs(5);
+    while filter
+        .learned()
+        .unwrap()
+        .iter()
+        .any(|l| l.remaining.is_some())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the learned address never expired"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    answered.elapsed()
+}
+
 #[test]
 fn an_answered_address_opens_a_default_deny_until_its_ttl_ends() {
     let allowed = Ipv4Addr::new(127, 0, 0, 20);
@@ -966,17 +993,12 @@ fn an_answered_address_opens_a_default_deny_until_its_ttl_ends() {
         allow: true,
         deny: false,
     };
-    let flags = FilterFlags {
-        default_deny: true,
-        observe: false,
-        domains: true,
-    };
     // The resolver itself is an address the policy allows.
     let s = Snooped::new(
         "snoop-dd",
         &["127.0.1.53/32"],
         &[("allowed.test", allow)],
-        flags,
+        DOMAINS_DEFAULT_DENY,
     );
 
     assert!(
@@ -1009,21 +1031,7 @@ fn an_answered_address_opens_a_default_deny_until_its_ttl_ends() {
 
     // The answer's TTL of 1 s counts for the 5 s minimum; then the
     // address is dropped again.
-    let deadline = resolved + DNS_TTL_MIN + Duration::from_secs(5);
-    while s
-        .filter
-        .learned()
-        .unwrap()
-        .iter()
-        .any(|l| l.remaining.is_some())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the learned address never expired"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let expired_after = resolved.elapsed();
+    let expired_after = wait_for_learned_expiry(&s.filter, resolved);
     assert!(
         !tcp_connects(&s.cg, IpAddr::V4(allowed)),
         "after the TTL the default deny holds again"
@@ -1133,16 +1141,11 @@ fn a_learned_address_reaches_a_socket_that_already_sent_until_its_ttl_ends() {
         allow: true,
         deny: false,
     };
-    let flags = FilterFlags {
-        default_deny: true,
-        observe: false,
-        domains: true,
-    };
     let snooped = Snooped::new(
         "cache-learned",
         &["127.0.1.54/32"],
         &[("cached.test", allow)],
-        flags,
+        DOMAINS_DEFAULT_DENY,
     );
     let mut s = UdpSession::start(&snooped.cg, dst);
 
@@ -1163,24 +1166,10 @@ fn a_learned_address_reaches_a_socket_that_already_sent_until_its_ttl_ends() {
     assert_eq!(after.cached - before.cached, 1, "{after:?}");
 
     // TTL 1 s counts for the 5 s minimum: then the cached verdict ends too.
-    let deadline = answered + DNS_TTL_MIN + Duration::from_secs(5);
-    while snooped
-        .filter
-        .learned()
-        .unwrap()
-        .iter()
-        .any(|l| l.remaining.is_some())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the learned address never expired"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let expired_after = wait_for_learned_expiry(&snooped.filter, answered);
     assert!(!s.delivers(), "after the TTL the default deny holds again");
     println!(
-        "learned, delivered, expired after {:?}; stats {:?}",
-        answered.elapsed(),
+        "learned, delivered, expired after {expired_after:?}; stats {:?}",
         snooped.filter.read_stats().unwrap()
     );
 }
