@@ -656,42 +656,45 @@ static __always_inline __u64 generation(__u32 slot)
 }
 
 /*
- * Whether `c` still holds the verdict for `dst`: taken at the current
- * generations, for this destination, and no learned address in it has
- * expired since.
+ * Whether `c` was taken at the current generations and no learned address
+ * in it has expired since: whatever its destination, it is current.
  */
-static __always_inline bool cache_holds(const struct krt_egress_sock_cache *c,
-					__u64 policy_gen, __u64 learned_gen,
-					const struct destination *dst)
+static __always_inline bool cache_current(const struct krt_egress_sock_cache *c,
+					  __u64 policy_gen, __u64 learned_gen)
 {
-	const __u64 *addr = (const __u64 *)c->addr;
 	__u64 expires;
 
-	if (c->policy_gen != policy_gen || c->learned_gen != learned_gen ||
-	    c->family != dst->family || addr[0] != dst->words[0] ||
-	    addr[1] != dst->words[1])
+	if (c->policy_gen != policy_gen || c->learned_gen != learned_gen)
 		return false;
 	expires = c->expires_ns;
 	return expires == 0 || bpf_ktime_get_ns() < expires;
 }
 
+/* Whether `c` holds the verdict for `dst` (given that it is current). */
+static __always_inline bool cache_for(const struct krt_egress_sock_cache *c,
+				      const struct destination *dst)
+{
+	const __u64 *addr = (const __u64 *)c->addr;
+
+	return c->family == dst->family && addr[0] == dst->words[0] &&
+	       addr[1] == dst->words[1];
+}
+
 /*
- * Caches a verdict on the socket: replaces an entry that no longer holds
- * (`stale`) or creates the first. An entry that holds for another
- * destination (a UDP socket sending to many) is kept: the first
- * destination stays fast, the others take the full path, and the socket
- * does not trade one allocation per packet for a cache that never hits.
+ * Caches a verdict on the socket: replaces an entry that is not current
+ * or creates the first. A current entry for another destination (a UDP
+ * socket sending to many) is kept: the first destination stays fast, the
+ * others take the full path, and the socket does not trade one
+ * allocation per packet for a cache that never hits.
  */
 static __always_inline void cache_verdict(struct krt_egress_stats *st,
 					  struct bpf_sock *sk,
 					  const struct krt_egress_sock_cache *c,
+					  bool current,
 					  const struct krt_egress_sock_cache *fresh)
 {
 	if (c) {
-		if (c->policy_gen == fresh->policy_gen &&
-		    c->learned_gen == fresh->learned_gen &&
-		    (c->expires_ns == 0 ||
-		     bpf_ktime_get_ns() < c->expires_ns))
+		if (current)
 			return;
 		/* Never written in place (see egress.h): replaced. */
 		bpf_sk_storage_delete(&egress_sock_cache, sk);
@@ -758,6 +761,7 @@ int krt_egress(struct __sk_buff *skb)
 	__u32 set_id, flags, decision, learned = 0, zero = 0;
 	struct bpf_sock *sk;
 	enum parsed parsed;
+	bool current = false;
 
 	st = bpf_map_lookup_elem(&stats, &zero);
 	if (!st)
@@ -786,7 +790,9 @@ int krt_egress(struct __sk_buff *skb)
 		sk = bpf_sk_fullsock(sk);
 	if (sk) {
 		c = bpf_sk_storage_get(&egress_sock_cache, sk, 0, 0);
-		if (c && cache_holds(c, policy_gen, learned_gen, &dst)) {
+		/* Decided once: cache_verdict() needs it on a miss too. */
+		current = c && cache_current(c, policy_gen, learned_gen);
+		if (current && cache_for(c, &dst)) {
 			count(&st->cached);
 			set_id = c->set_id;
 			flags = c->flags;
@@ -824,7 +830,7 @@ int krt_egress(struct __sk_buff *skb)
 		fresh.decision = decision;
 		fresh.family = dst.family;
 		__builtin_memcpy(fresh.addr, dst.addr, 16);
-		cache_verdict(st, sk, c, &fresh);
+		cache_verdict(st, sk, c, current, &fresh);
 	}
 decided:
 	return conclude(st, set_id, flags, &dst, decision);
