@@ -16,10 +16,11 @@
  * DENY_* / ALLOW_* bits of the cgroup's flags say which), so a set of
  * host entries only never walks a trie.
  *
- * That full path runs for a socket's first packet to a destination; the
- * verdict is then cached on the socket (egress_sock_cache) with the two
- * generations of egress_generation, and the socket's later packets to the
- * same destination read the generations (two inlined array reads) and the
+ * That full path runs for a socket's first two packets to a destination;
+ * the verdict is then cached on the socket (egress_sock_cache, from the
+ * second packet on: see egress_seen) with the two generations of
+ * egress_generation, and the socket's later packets to the same
+ * destination read the generations (two inlined array reads) and the
  * socket's storage instead of the gate, host and trie lookups. Userspace
  * writes a new policy generation after every change to cgroup_filters,
  * the hosts, the tries or the learned addresses, and the snooper adds to
@@ -144,6 +145,26 @@ struct {
 	__type(key, int);
 	__type(value, struct krt_egress_sock_cache);
 } egress_sock_cache SEC(".maps");
+
+/*
+ * Cookies of sockets decided for once without caching, one per slot (the
+ * cookie's low bits pick it). A socket's verdict is cached from its
+ * second packet on, when its cookie is still here: a socket's storage
+ * costs an allocation and a free (about 2 us on a mitigated CPU, as much
+ * as the rest of a one-shot socket's life), which a socket sending a
+ * single datagram (a DNS query) would pay for nothing. Shared by every
+ * CPU, so a socket that moves between CPUs still finds its cookie; a
+ * cookie another socket overwrote only delays the cache (a miss is never
+ * a wrong verdict), and an 8-byte store is never torn. Not pinned.
+ */
+#define KRT_EGRESS_SEEN_SLOTS 64
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KRT_EGRESS_SEEN_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} egress_seen SEC(".maps");
 
 /*
  * ---- Pinned state -------------------------------------------------------
@@ -681,13 +702,34 @@ static __always_inline bool cache_for(const struct krt_egress_sock_cache *c,
 }
 
 /*
+ * Whether the packet's socket was decided for before without caching (see
+ * egress_seen); if not, it is remembered now. Cookies are handed out in
+ * sequence, so their low bits spread a burst of new sockets over the
+ * slots.
+ */
+static __always_inline bool seen_before(struct __sk_buff *skb)
+{
+	__u64 cookie = bpf_get_socket_cookie(skb), *slot;
+	__u32 index = cookie & (KRT_EGRESS_SEEN_SLOTS - 1);
+
+	slot = bpf_map_lookup_elem(&egress_seen, &index);
+	if (!slot || cookie == 0)
+		return false;
+	if (*(volatile __u64 *)slot == cookie)
+		return true;
+	*(volatile __u64 *)slot = cookie;
+	return false;
+}
+
+/*
  * Caches a verdict on the socket: replaces an entry that is not current
  * or creates the first. A current entry for another destination (a UDP
  * socket sending to many) is kept: the first destination stays fast, the
  * others take the full path, and the socket does not trade one
  * allocation per packet for a cache that never hits.
  */
-static __always_inline void cache_verdict(struct krt_egress_stats *st,
+static __always_inline void cache_verdict(struct __sk_buff *skb,
+					  struct krt_egress_stats *st,
 					  struct bpf_sock *sk,
 					  const struct krt_egress_sock_cache *c,
 					  bool current,
@@ -698,6 +740,9 @@ static __always_inline void cache_verdict(struct krt_egress_stats *st,
 			return;
 		/* Never written in place (see egress.h): replaced. */
 		bpf_sk_storage_delete(&egress_sock_cache, sk);
+	} else if (!seen_before(skb)) {
+		/* The socket's first packet: cached at its second. */
+		return;
 	}
 	if (!bpf_sk_storage_get(&egress_sock_cache, sk, (void *)fresh,
 				BPF_SK_STORAGE_GET_F_CREATE))
@@ -830,7 +875,7 @@ int krt_egress(struct __sk_buff *skb)
 		fresh.decision = decision;
 		fresh.family = dst.family;
 		__builtin_memcpy(fresh.addr, dst.addr, 16);
-		cache_verdict(st, sk, c, current, &fresh);
+		cache_verdict(skb, st, sk, c, current, &fresh);
 	}
 decided:
 	return conclude(st, set_id, flags, &dst, decision);

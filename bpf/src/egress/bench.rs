@@ -69,6 +69,32 @@ impl FloorProgram {
         timed(&program, frame, repeat)
     }
 
+    /// Attaches it to the egress of the cgroup v2 directory `dir`, so real
+    /// traffic can be timed beside the filter's.
+    #[cfg(not(krt_bpf_stub))]
+    pub fn attach(&self, dir: &std::path::Path) -> Result<crate::cgroup_attach::CgroupLink> {
+        let program = self
+            .object
+            .progs_mut()
+            .find(|p| p.name().to_str() == Some(FLOOR_PROGRAM))
+            .ok_or_else(|| EgressError::Load {
+                errno: None,
+                message: format!("the object has no program {FLOOR_PROGRAM}"),
+                verifier_log: None,
+            })?;
+        Ok(crate::cgroup_attach::attach_egress(
+            &program,
+            FLOOR_PROGRAM,
+            dir,
+        )?)
+    }
+
+    /// Attaches it: unreachable in a stub build (no handle exists).
+    #[cfg(krt_bpf_stub)]
+    pub fn attach(&self, _dir: &std::path::Path) -> Result<crate::cgroup_attach::CgroupLink> {
+        Err(EgressError::NotBuilt)
+    }
+
     /// Runs it: unreachable in a stub build (no handle exists).
     #[cfg(krt_bpf_stub)]
     pub fn test_run_repeat(&self, _frame: &[u8], _repeat: u32) -> Result<TimedRun> {

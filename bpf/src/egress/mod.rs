@@ -19,6 +19,9 @@
 //! | `allow_v6`, `deny_v6` | LPM trie, 2^18 | `struct krt_egress_v6_key { u32 prefixlen; be32 set_id; u8 addr[16]; }` | `u8` (unused) |
 //! | `observations` | LRU hash, 2^14 | `struct krt_egress_obs_key { u32 set_id, decision, family; u8 addr[16]; }` | `u64` packets |
 //! | `stats` | per-CPU array, 1 | `u32` 0 | `struct krt_egress_stats` (outcome counters) |
+//! | `egress_generation` | array, 2 | `u32` slot | `u64` policy and learned generations (not pinned) |
+//! | `egress_sock_cache` | sk storage | a socket | `struct krt_egress_sock_cache`: its cached verdict (not pinned) |
+//! | `egress_seen` | array, 64 | `u32` cookie's low bits | `u64` cookie of a socket decided once, cached at its next packet (not pinned) |
 //!
 //! | `egress_domains` | hash, 2^14 | `struct krt_egress_domain_key { domain_key name; u32 set_id; }` | `struct krt_egress_domain { u32 verdicts; u32 name_id; }` |
 //! | `egress_learned` | LRU hash, 2^15 | `struct krt_egress_learned_key { u32 set_id, family; u8 addr[16]; }` | `struct krt_egress_learned { u64 expires_ns; u32 verdicts; u32 name_id; }` |
