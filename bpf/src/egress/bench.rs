@@ -58,14 +58,10 @@ impl FloorProgram {
     /// Runs it `repeat` times on `frame` (an Ethernet frame).
     #[cfg(not(krt_bpf_stub))]
     pub fn test_run_repeat(&self, frame: &[u8], repeat: u32) -> Result<TimedRun> {
-        let program = self
-            .object
-            .progs_mut()
-            .find(|p| p.name().to_str() == Some(FLOOR_PROGRAM))
-            .ok_or_else(|| EgressError::TestRun {
-                errno: None,
-                message: format!("the object has no program {FLOOR_PROGRAM}"),
-            })?;
+        let program = self.program().ok_or_else(|| EgressError::TestRun {
+            errno: None,
+            message: format!("the object has no program {FLOOR_PROGRAM}"),
+        })?;
         timed(&program, frame, repeat)
     }
 
@@ -73,20 +69,23 @@ impl FloorProgram {
     /// traffic can be timed beside the filter's.
     #[cfg(not(krt_bpf_stub))]
     pub fn attach(&self, dir: &std::path::Path) -> Result<crate::cgroup_attach::CgroupLink> {
-        let program = self
-            .object
-            .progs_mut()
-            .find(|p| p.name().to_str() == Some(FLOOR_PROGRAM))
-            .ok_or_else(|| EgressError::Load {
-                errno: None,
-                message: format!("the object has no program {FLOOR_PROGRAM}"),
-                verifier_log: None,
-            })?;
+        let program = self.program().ok_or_else(|| EgressError::Load {
+            errno: None,
+            message: format!("the object has no program {FLOOR_PROGRAM}"),
+            verifier_log: None,
+        })?;
         Ok(crate::cgroup_attach::attach_egress(
             &program,
             FLOOR_PROGRAM,
             dir,
         )?)
+    }
+
+    #[cfg(not(krt_bpf_stub))]
+    fn program(&self) -> Option<libbpf_rs::ProgramMut<'_>> {
+        self.object
+            .progs_mut()
+            .find(|p| p.name().to_str() == Some(FLOOR_PROGRAM))
     }
 
     /// Attaches it: unreachable in a stub build (no handle exists).
