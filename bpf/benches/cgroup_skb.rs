@@ -20,6 +20,9 @@
 // A benchmark program: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../tests/common/cgroup.rs"]
+mod cgroup;
+
 use std::fs;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::net::{SocketAddr, UdpSocket};
@@ -27,6 +30,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use cgroup::{cgroup2_mount, TempCgroup};
 use kyverno_runtime_bpf::egress::{
     Domain, DomainVerdicts, EgressFilter, FilterFlags, FloorProgram, Prefix, Verdict,
 };
@@ -45,18 +49,13 @@ const ROUNDS: usize = 5;
 
 const SET: u32 = 1;
 
-/// The mount point of the first cgroup2 filesystem.
-fn cgroup2_mount() -> PathBuf {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .expect("no cgroup2 mount")
-}
+/// The benchmarked set's flags: a default deny (the allow list is what
+/// the entries fill), observing nothing a packet passes.
+const DEFAULT_DENY: FilterFlags = FilterFlags {
+    default_deny: true,
+    observe: false,
+    domains: false,
+};
 
 /// The directory of this process's cgroup.
 fn own_cgroup_dir() -> PathBuf {
@@ -246,17 +245,7 @@ fn main() {
             .unwrap();
             filter.insert(SET, Verdict::Deny, deny).unwrap();
         }
-        filter
-            .set_filter(
-                cgroup,
-                SET,
-                FilterFlags {
-                    default_deny: true,
-                    observe: false,
-                    domains: false,
-                },
-            )
-            .unwrap();
+        filter.set_filter(cgroup, SET, DEFAULT_DENY).unwrap();
         let hit = match entries {
             Entries::V4Hosts => ipv4(v4_entry(n / 2), 17, &udp(b"bench")),
             Entries::V6Hosts => ipv6(v6_entry(n / 2), 17, &udp(b"bench")),
@@ -481,31 +470,6 @@ const ONE_SHOT_SOCKETS: u32 = 5_000;
 /// interleaved, so a noisy moment spreads over all three).
 const TRAFFIC_ROUNDS: usize = 7;
 
-/// A child cgroup of the cgroup v2 mount, removed on drop.
-struct BenchCgroup(PathBuf);
-
-impl BenchCgroup {
-    fn new(tag: &str) -> Self {
-        let dir = cgroup2_mount().join(format!("krt-bench-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir(&dir);
-        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        Self(dir)
-    }
-}
-
-impl Drop for BenchCgroup {
-    fn drop(&mut self) {
-        // The process has left it; a moment may pass before it is empty.
-        for _ in 0..100 {
-            if fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("cannot remove {}", self.0.display());
-    }
-}
-
 /// Moves this (single-threaded) process into cgroup `dir`: the sockets it
 /// creates from then on belong to that cgroup.
 fn join(dir: &Path) {
@@ -562,20 +526,12 @@ fn real_traffic(floor: &FloorProgram) {
     filter
         .insert(SET, Verdict::Deny, "198.51.100.0/24".parse().unwrap())
         .unwrap();
-    let none = BenchCgroup::new("none");
-    let empty = BenchCgroup::new("floor");
-    let filtered = BenchCgroup::new("filter");
+    let none = TempCgroup::new("bench-none");
+    let empty = TempCgroup::new("bench-floor");
+    let filtered = TempCgroup::new("bench-filter");
     let _floor_link = floor.attach(&empty.0).unwrap();
     let filter_link = filter
-        .attach_cgroup(
-            &filtered.0,
-            SET,
-            FilterFlags {
-                default_deny: true,
-                observe: false,
-                domains: false,
-            },
-        )
+        .attach_cgroup(&filtered.0, SET, DEFAULT_DENY)
         .unwrap();
     // Never read: once its buffer is full the kernel drops what arrives,
     // the same work whichever cgroup sent it.

@@ -17,17 +17,20 @@
 // The helpers are test code too: a panic there is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/cgroup.rs"]
+mod cgroup;
 #[path = "common/dnsmsg.rs"]
 mod dnsmsg;
 
 use std::fs;
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kyverno_runtime_bpf::cgroup_attach::{cgroup_id, CgroupAttachments, CgroupLink};
+use cgroup::TempCgroup;
+use kyverno_runtime_bpf::cgroup_attach::{CgroupAttachments, CgroupLink};
 use kyverno_runtime_bpf::dns::{DnsObserver, DnsQuestion};
 use kyverno_runtime_bpf::egress::{
     Domain, DomainVerdicts, EgressFilter, FilterFlags, Prefix, Stats, Verdict, DNS_TTL_MIN,
@@ -48,52 +51,6 @@ const RECV_TIMEOUT: Duration = Duration::from_millis(1500);
 const CHILD_ENV: &str = "KRT_EGRESS_TRAFFIC_CHILD";
 
 // ---- cgroups ------------------------------------------------------------------
-
-/// The mount point of the first cgroup2 filesystem (field 5 of a mountinfo
-/// line whose filesystem type, after " - ", is cgroup2).
-fn cgroup2_mount() -> PathBuf {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .expect("no cgroup2 mount in /proc/self/mountinfo")
-}
-
-/// A child cgroup of the cgroup v2 mount, removed on drop.
-struct TempCgroup(PathBuf);
-
-impl TempCgroup {
-    fn new(tag: &str) -> Self {
-        let dir = cgroup2_mount().join(format!("krt-traffic-{tag}-{}", std::process::id()));
-        // A leftover of an aborted run (same pid reused) would still hold
-        // links; it is empty, so removing it is safe.
-        let _ = fs::remove_dir(&dir);
-        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        Self(dir)
-    }
-
-    fn id(&self) -> u64 {
-        cgroup_id(&self.0).unwrap()
-    }
-}
-
-impl Drop for TempCgroup {
-    fn drop(&mut self) {
-        // Children have exited; an exited process may linger in
-        // cgroup.procs for a moment, so retry the rmdir.
-        for _ in 0..100 {
-            if fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("cannot remove {}", self.0.display());
-    }
-}
 
 // ---- the child ------------------------------------------------------------------
 
@@ -459,7 +416,7 @@ impl Egress {
                 .insert(SET, Verdict::Deny, p.parse::<Prefix>().unwrap())
                 .unwrap();
         }
-        let cg = TempCgroup::new(tag);
+        let cg = TempCgroup::new(&format!("traffic-{tag}"));
         let link = filter.attach_cgroup(&cg.0, SET, flags).unwrap();
         assert_eq!(link.cgroup_id(), cg.id());
         assert_eq!(link.program(), "krt_egress");
@@ -615,7 +572,7 @@ fn attachments_are_keyed_by_path_and_coexist() {
     // attaches them: both run, and either can drop.
     let filter = EgressFilter::load().unwrap();
     let classifier = ProtocolClassifier::load().unwrap();
-    let cg = TempCgroup::new("multi");
+    let cg = TempCgroup::new("traffic-multi");
     filter
         .insert(SET, Verdict::Deny, "127.0.0.9/32".parse().unwrap())
         .unwrap();
@@ -720,7 +677,7 @@ fn an_ssh_stream_is_dropped_and_tls_to_the_same_port_passes() {
     classifier
         .insert(1, ProtoVerdict::Deny, ProtoKey::any(Protocol::Ssh))
         .unwrap();
-    let cg = TempCgroup::new("proto");
+    let cg = TempCgroup::new("traffic-proto");
     let link = classifier
         .attach_cgroup(&cg.0, 1, ProtoFlags::default())
         .unwrap();
@@ -761,7 +718,7 @@ fn dns_query(name: &str) -> Vec<u8> {
 fn questions_to_a_loopback_resolver_are_decoded() {
     let observer = DnsObserver::load().unwrap();
     let mut reader = observer.reader().unwrap();
-    let cg = TempCgroup::new("dns");
+    let cg = TempCgroup::new("traffic-dns");
     let link = observer.attach_admitted(&cg.0).unwrap();
     assert_eq!(link.cgroup_id(), cg.id());
 
@@ -933,7 +890,7 @@ impl Snooped {
                 )
                 .unwrap();
         }
-        let cg = TempCgroup::new(tag);
+        let cg = TempCgroup::new(&format!("traffic-{tag}"));
         let snoop = filter.attach_snoop(&cg.0).unwrap();
         assert_eq!(snoop.program(), "krt_dns_snoop");
         let egress = filter.attach_cgroup(&cg.0, SET, flags).unwrap();
