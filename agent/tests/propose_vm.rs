@@ -37,7 +37,7 @@ use std::io::Read as _;
 use std::process::{Command, ExitCode};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use vmnode::{run_child, run_ops, wait_until, Daemon, Guest, Outcome};
+use vmnode::{run_child, run_ops, wait_for, wait_until, Daemon, Guest, Outcome};
 
 const NS: &str = "shop";
 const DEPLOYMENT: &str = "shop-web";
@@ -463,18 +463,38 @@ fn guest() -> ExitCode {
 
     // The Report: the extras' refusals, nothing about what the workload did.
     let workload_targets: BTreeSet<&str> = DISCOVERED.iter().map(|(_, t)| *t).collect();
-    let results = wait_until(
+    let results = wait_for(
         "the refusals in the Report",
         Duration::from_secs(90),
         || {
-            let r = g.rt.block_on(reports.get_opt(REPORT)).ok()??;
+            let r = match g.rt.block_on(reports.get_opt(REPORT)) {
+                Ok(Some(r)) => r,
+                Ok(None) => return Err(format!("no Report {NS}/{REPORT}")),
+                Err(e) => return Err(format!("reading Report {NS}/{REPORT}: {e}")),
+            };
             let results = r.spec.results.unwrap_or_default();
-            let ours: Vec<&ReportResult> =
-                results.iter().filter(|r| r.policy == PROPOSED).collect();
-            let has = |t: &str| ours.iter().any(|r| target(r) == t);
-            let discovery_gone = !results.iter().any(|r| r.policy == DISCOVERY);
-            (has(FORBIDDEN) && has(SECRET) && has("127.0.0.5") && has("ssh") && discovery_gone)
-                .then_some(results)
+            let mut missing: Vec<String> = [FORBIDDEN, SECRET, "127.0.0.5", "ssh"]
+                .into_iter()
+                .filter(|t| {
+                    !results
+                        .iter()
+                        .any(|r| r.policy == PROPOSED && target(r) == *t)
+                })
+                .map(|t| format!("no {PROPOSED} result for {t}"))
+                .collect();
+            if results.iter().any(|r| r.policy == DISCOVERY) {
+                missing.push(format!("{DISCOVERY} results still there"));
+            }
+            if missing.is_empty() {
+                return Ok(results);
+            }
+            let rows: Vec<String> = results.iter().map(row).collect();
+            Err(format!(
+                "{}\nthe Report:\n{}\nthe daemon's log, its end:\n{}",
+                missing.join("\n"),
+                rows.join("\n"),
+                daemon.tail(40)
+            ))
         },
     );
     // A flush after the workload's run, so a refusal of it would be here.

@@ -479,6 +479,12 @@ impl Daemon {
         Daemon { child, log }
     }
 
+    /// The last `n` lines of its log, for a failure message.
+    pub fn tail(&self, n: usize) -> String {
+        let log = self.log.lock().unwrap();
+        log[log.len().saturating_sub(n)..].join("\n")
+    }
+
     /// Whether a log line contains `needle`.
     pub fn has(&self, needle: &str) -> bool {
         self.log.lock().unwrap().iter().any(|l| l.contains(needle))
@@ -528,14 +534,21 @@ impl Daemon {
 
 /// Polls `f` until it returns `Some`; panics after `timeout`.
 pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    wait_for(what, timeout, || f().ok_or_else(String::new))
+}
+
+/// Polls `f` until it returns `Ok`; panics after `timeout` with the last
+/// `Err`, which says what was still missing.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
     let start = Instant::now();
     loop {
-        if let Some(v) = f() {
-            return v;
-        }
+        let missing = match f() {
+            Ok(v) => return v,
+            Err(missing) => missing,
+        };
         assert!(
             start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
+            "timed out after {timeout:?} waiting for {what}\n{missing}"
         );
         std::thread::sleep(Duration::from_millis(300));
     }
