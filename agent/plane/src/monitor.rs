@@ -57,6 +57,10 @@ pub struct MonitorPolicy {
     /// Its monitorFilter predicates, in order (monitor mode only: admission
     /// and the compiler refuse them on an enforce policy).
     pub filters: Vec<CompiledFilter>,
+    /// The form this one replaces while the kernel is being reprogrammed
+    /// from it (see [`Monitor::stage_policy`]): the kernel may still refuse
+    /// by the old lists, and such a refusal is the policy's all the same.
+    pub previous: Option<Arc<MonitorPolicy>>,
 }
 
 impl MonitorPolicy {
@@ -76,7 +80,14 @@ impl MonitorPolicy {
             target,
             behaviors: Behaviors::compile(evaluated),
             filters,
+            previous: None,
         }
+    }
+
+    /// Whether, as an enforce policy, it denies what `facts` describe: the
+    /// refusals it explains.
+    fn refuses(&self, facts: &Facts) -> bool {
+        self.mode == RuntimePolicyMode::Enforce && self.judge(facts).is_some_and(Verdict::denies)
     }
 
     fn has(&self, kind: Kind) -> bool {
@@ -160,6 +171,31 @@ impl Monitor {
     pub fn set_policy(&self, policy: MonitorPolicy) {
         self.edit(|t| {
             t.policies.retain(|p| p.name != policy.name);
+            t.policies.push(Arc::new(policy));
+        });
+    }
+
+    /// Adds or replaces a policy (by name) *before* the kernel is
+    /// programmed from it. The new form judges from now on, so the first
+    /// refusal its lists cause is explained; the form it replaces stays
+    /// attached as [`MonitorPolicy::previous`], so a refusal the kernel
+    /// still makes by the old lists meanwhile is explained too.
+    /// [`set_policy`](Self::set_policy) with the same form, once the kernel
+    /// holds it, drops the old one.
+    pub fn stage_policy(&self, mut policy: MonitorPolicy) {
+        self.edit(|t| {
+            let old = t.policies.iter().position(|p| p.name == policy.name);
+            if let Some(old) = old.map(|i| t.policies.remove(i)) {
+                // One form back only: a form staged and never settled is
+                // what the kernel may hold, its own predecessor is not.
+                policy.previous = Some(match &old.previous {
+                    None => old,
+                    Some(_) => Arc::new(MonitorPolicy {
+                        previous: None,
+                        ..(*old).clone()
+                    }),
+                });
+            }
             t.policies.push(Arc::new(policy));
         });
     }
@@ -326,6 +362,18 @@ impl Sink for Monitor {
         // Built at most once per event, and only for a filter.
         let mut filter_event = None;
         for policy in self.selecting(&table, pod).iter() {
+            // While a policy is being reprogrammed, a refusal only its
+            // previous form explains is judged by that form.
+            let policy = match &policy.previous {
+                Some(previous)
+                    if kernel_denied
+                        && !policy.refuses(&event.facts)
+                        && previous.refuses(&event.facts) =>
+                {
+                    previous
+                }
+                _ => policy,
+            };
             if !policy.has(kind) {
                 continue;
             }

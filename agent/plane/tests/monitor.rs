@@ -1,6 +1,7 @@
 //! The monitor: both finding shapes, the dns advisory finding, the
-//! unexplained kernel deny, selection by pod and namespace labels, and
-//! monitorFilter (short-circuit, errors reported anyway).
+//! unexplained kernel deny, selection by pod and namespace labels,
+//! monitorFilter (short-circuit, errors reported anyway), and a policy
+//! staged while the kernel is (re)programmed from it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -316,6 +317,107 @@ fn a_policy_update_replaces_and_a_delete_removes() {
     assert!(findings.take().is_empty());
     m.remove_policy("p");
     assert_eq!(m.policy_count(), 0);
+}
+
+fn refused_exec(path: &str, pod: &Arc<PodRef>) -> Event {
+    let mut e = exec(path, &[], pod);
+    e.kernel = Some(KernelVerdict::Denied);
+    e
+}
+
+fn unattributed(metrics: &Metrics) -> String {
+    metrics
+        .encode()
+        .lines()
+        .find(|l| l.contains(r#"reason="unattributed_kernel_deny""#))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The engine stages a policy before programming the kernel: the first
+/// refusal a new policy causes (the kernel acts within microseconds, the
+/// other backends may still be programmed) already names it.
+#[test]
+fn a_staged_policy_explains_the_refusals_its_programming_causes() {
+    let (m, findings, metrics) = monitor();
+    m.stage_policy(policy(
+        "deny-curl",
+        serde_json::json!({"mode": "enforce", "podSelector": {},
+            "behaviors": [{"exec": {"deny": {"values": ["/usr/bin/curl"]}}}]}),
+    ));
+    let web = pod(&[]);
+    m.handle(&refused_exec("/usr/bin/curl", &web));
+    let got = findings.take();
+    assert_eq!(got.len(), 1, "explained while staged");
+    assert_eq!(
+        (got[0].policy.as_str(), got[0].enforced),
+        ("deny-curl", true)
+    );
+    assert_eq!(unattributed(&metrics), "", "nothing went unexplained");
+}
+
+/// While a policy is reprogrammed, the kernel may refuse by either form:
+/// each refusal is the policy's, judged by the form that denies it; once
+/// settled, only the new form explains.
+#[test]
+fn while_a_policy_is_reprogrammed_either_form_explains_a_refusal() {
+    let (m, findings, metrics) = monitor();
+    let spec = |mode: &str, deny: &str| {
+        serde_json::json!({"mode": mode, "podSelector": {},
+            "behaviors": [{"exec": {"deny": {"values": [deny]}}}]})
+    };
+    m.set_policy(policy("p", spec("enforce", "/usr/bin/curl")));
+    m.stage_policy(policy("p", spec("enforce", "/usr/bin/wget")));
+    assert_eq!(m.policy_count(), 1, "one policy, two forms");
+    let web = pod(&[]);
+    for path in ["/usr/bin/curl", "/usr/bin/wget"] {
+        m.handle(&refused_exec(path, &web));
+        let got = findings.take();
+        assert_eq!(got.len(), 1, "{path}: one finding");
+        assert_eq!(got[0].target, path);
+        assert!(got[0].enforced, "{path}");
+    }
+
+    // Staged again before it settled: the form before is what the kernel
+    // may still hold, the one before that is not.
+    m.stage_policy(policy("p", spec("enforce", "/usr/bin/nc")));
+    m.handle(&refused_exec("/usr/bin/wget", &web));
+    assert_eq!(findings.take().len(), 1, "the staged form before");
+    m.handle(&refused_exec("/usr/bin/curl", &web));
+    assert!(findings.take().is_empty(), "two forms back");
+
+    // Settled: the old lists explain nothing any more.
+    m.set_policy(policy("p", spec("enforce", "/usr/bin/nc")));
+    m.handle(&refused_exec("/usr/bin/wget", &web));
+    assert!(findings.take().is_empty());
+    assert!(
+        unattributed(&metrics).ends_with(" 2"),
+        "{}",
+        unattributed(&metrics)
+    );
+}
+
+/// Enforce switched to monitor: until the kernel stops refusing, a refusal
+/// is an enforced finding of the old form, not a counterfactual one.
+#[test]
+fn a_refusal_while_switching_to_monitor_is_reported_as_enforced() {
+    let (m, findings, _) = monitor();
+    let spec = |mode: &str| {
+        serde_json::json!({"mode": mode, "podSelector": {},
+            "behaviors": [{"exec": {"deny": {"values": ["/usr/bin/curl"]}}}]})
+    };
+    m.set_policy(policy("p", spec("enforce")));
+    m.stage_policy(policy("p", spec("monitor")));
+    let web = pod(&[]);
+    m.handle(&refused_exec("/usr/bin/curl", &web));
+    let got = findings.take();
+    assert_eq!(got.len(), 1);
+    assert!(got[0].enforced, "the kernel refused by the enforce form");
+    // Allowed by the kernel: the monitor form's counterfactual.
+    m.handle(&exec("/usr/bin/curl", &[], &web));
+    let got = findings.take();
+    assert_eq!(got.len(), 1);
+    assert!(!got[0].enforced);
 }
 
 #[test]

@@ -513,6 +513,10 @@ impl Engine {
         let Ok(id) = PolicyId::new(uid.clone()) else {
             return;
         };
+        // The monitor learns the lists before the kernel does, so the
+        // first refusal they cause already names this policy (the callers
+        // settle it with observe_policy once the kernel holds them).
+        self.stage_policy(name);
         let mut failures = Vec::new();
         let mut rejections = Rejections::default();
         if let Some(m) = self.openexec.get() {

@@ -85,28 +85,44 @@ impl Engine {
     /// engine reports in), and re-gates the exec tracer.
     pub(super) fn observe_policy(&mut self, name: &str) {
         let monitor = &self.plane.parts.monitor;
-        match self.policies.get(name) {
-            Some(p) => match (&p.outcome, p.mode) {
-                (
-                    PolicyOutcome::Compiled {
-                        compiled,
-                        evaluated: Some(result),
-                        ..
-                    },
-                    Some(mode),
-                ) => monitor.set_policy(MonitorPolicy::new(
-                    p.name.clone(),
-                    p.uid.clone(),
-                    mode,
-                    compiled.target.clone(),
-                    result,
-                    compiled.monitor_filter.clone(),
-                )),
-                _ => monitor.remove_policy(name),
-            },
+        match self.monitor_form(name) {
+            Some(form) => monitor.set_policy(form),
             None => monitor.remove_policy(name),
         }
         self.sync_exec_trace();
+    }
+
+    /// Hands a policy's new form to the monitor before the kernel is
+    /// programmed from it (`Monitor::stage_policy`): a refusal by either the
+    /// new lists or the ones being replaced is explained meanwhile.
+    pub(super) fn stage_policy(&self, name: &str) {
+        if let Some(form) = self.monitor_form(name) {
+            self.plane.parts.monitor.stage_policy(form);
+        }
+    }
+
+    /// The monitor's form of a policy: `None` when it did not compile, has
+    /// no successful evaluation, or has no mode the engine reports in.
+    fn monitor_form(&self, name: &str) -> Option<MonitorPolicy> {
+        let p = self.policies.get(name)?;
+        match (&p.outcome, p.mode) {
+            (
+                PolicyOutcome::Compiled {
+                    compiled,
+                    evaluated: Some(result),
+                    ..
+                },
+                Some(mode),
+            ) => Some(MonitorPolicy::new(
+                p.name.clone(),
+                p.uid.clone(),
+                mode,
+                compiled.target.clone(),
+                result,
+                compiled.monitor_filter.clone(),
+            )),
+            _ => None,
+        }
     }
 
     /// A namespace's labels changed (or it is gone: `None`).
