@@ -200,14 +200,8 @@ impl Guest {
 
 /// The daemon's event-plane series, for a failure message.
 fn metrics_of_interest() -> String {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect("127.0.0.1:9090") else {
-        return "(no /metrics)".into();
-    };
-    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body.lines()
+    vmnode::metrics()
+        .lines()
         .filter(|l| {
             !l.starts_with('#')
                 && (l.contains("events_")

@@ -530,6 +530,23 @@ fn guest() -> ExitCode {
             row(r)
         );
     }
+    // Every refusal named its policy, the first ones too: they came while
+    // the proposal was still being programmed (the monitor had it staged).
+    let metrics = vmnode::metrics();
+    assert!(metrics.contains(" 200 OK"), "/metrics: {metrics}");
+    let unattributed: Vec<&str> = metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains("unattributed_kernel_deny"))
+        .collect();
+    assert!(
+        unattributed.iter().all(|l| l.ends_with(" 0")),
+        "refusals no policy explained: {unattributed:?}"
+    );
+    println!(
+        "{} /metrics: no refusal unattributed ({})",
+        at(),
+        unattributed.first().copied().unwrap_or("no such series")
+    );
     let (took, _) = daemon.terminate();
     println!("{} daemon stopped in {took:?}", at());
     ExitCode::SUCCESS

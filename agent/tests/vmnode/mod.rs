@@ -532,6 +532,19 @@ impl Daemon {
     }
 }
 
+/// The text of the daemon's /metrics (its address in [`Daemon::start`]),
+/// or a note that it could not be read.
+pub fn metrics() -> String {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut s) = std::net::TcpStream::connect("127.0.0.1:9090") else {
+        return "(no /metrics)".into();
+    };
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
 /// Polls `f` until it returns `Some`; panics after `timeout`.
 pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     wait_for(what, timeout, || f().ok_or_else(String::new))
