@@ -1040,6 +1040,9 @@ pub struct EgressEnforcer<K = KernelEgress> {
     free_set_ids: Vec<u32>,
     next_set_id: u32,
     name_ids: NameIds,
+    /// What released sets counted before their ids were freed, attributed
+    /// to their cgroups: handed out by the next drain.
+    released_observations: Vec<Observation<IpAddr>>,
 }
 
 impl<K> fmt::Debug for EgressEnforcer<K> {
@@ -1124,6 +1127,7 @@ impl<K: EgressKernel> EgressEnforcer<K> {
             free_set_ids: Vec::new(),
             next_set_id: 1,
             name_ids: NameIds::default(),
+            released_observations: Vec::new(),
         }
     }
 
@@ -1591,10 +1595,61 @@ impl<K: EgressKernel> EgressEnforcer<K> {
         if result.is_err() {
             // Keep the mirror of what is left, for the retry.
             self.sets.insert(cgroup, state);
-        } else {
-            self.free_set_ids.push(state.set_id);
+            return result;
         }
-        result
+        // The id is reused by the next cgroup bound: what the set counted
+        // is read now, while the id still names this cgroup, or another
+        // pod would be reported for it.
+        match self.kernel.drain() {
+            Ok(raw) => {
+                let observations = self.attribute(raw, Some((state.set_id, cgroup)));
+                self.released_observations.extend(observations);
+                self.free_set_ids.push(state.set_id);
+            }
+            Err(e) => {
+                // Its counts stay in the map under an id never reused:
+                // the next drain finds no cgroup for them and says so.
+                tracing::warn!(cgroup, set = state.set_id, error = %e, "egress: the counters of a released set could not be read; its id is retired");
+            }
+        }
+        Ok(())
+    }
+
+    /// Names the cgroup of each observation by its set: the sets held, and
+    /// `released` (a set just let go). A set known to neither (retired
+    /// after a failed read) is given cgroup 0, which no pod has: the event
+    /// plane's attribution counts it as unattributed rather than lose it.
+    fn attribute(
+        &self,
+        raw: Vec<bpf::Observation>,
+        released: Option<(u32, CgroupId)>,
+    ) -> Vec<Observation<IpAddr>> {
+        let mut by_set: BTreeMap<u32, CgroupId> =
+            self.sets.iter().map(|(c, s)| (s.set_id, *c)).collect();
+        by_set.extend(released);
+        raw.into_iter()
+            .map(|o| {
+                let cgroup = by_set.get(&o.set_id).copied().unwrap_or_else(|| {
+                    tracing::warn!(
+                        set = o.set_id,
+                        count = o.count,
+                        "egress: an observation of a set no cgroup holds"
+                    );
+                    0
+                });
+                Observation {
+                    cgroup,
+                    observed: o.destination,
+                    decision: match o.decision {
+                        bpf::Decision::Denied => Decision::Denied,
+                        bpf::Decision::Allowed => Decision::Allowed,
+                        bpf::Decision::DefaultDenied => Decision::DefaultDenied,
+                        bpf::Decision::Unmatched => Decision::Unmatched,
+                    },
+                    count: o.count,
+                }
+            })
+            .collect()
     }
 
     fn clear(&mut self, cgroup: CgroupId, state: &mut CgroupSet) -> Result<()> {
@@ -1913,32 +1968,9 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
             .kernel
             .drain()
             .map_err(|e| kernel_error("draining observations".to_owned(), &e))?;
-        let by_set: BTreeMap<u32, CgroupId> =
-            self.sets.iter().map(|(c, s)| (s.set_id, *c)).collect();
-        let mut out = Vec::with_capacity(raw.len());
-        for o in raw {
-            // A set freed since the packet was counted has no cgroup any
-            // more: its count cannot be attributed, so it is logged.
-            let Some(cgroup) = by_set.get(&o.set_id) else {
-                tracing::debug!(
-                    set = o.set_id,
-                    count = o.count,
-                    "egress: observation of a freed set"
-                );
-                continue;
-            };
-            out.push(Observation {
-                cgroup: *cgroup,
-                observed: o.destination,
-                decision: match o.decision {
-                    bpf::Decision::Denied => Decision::Denied,
-                    bpf::Decision::Allowed => Decision::Allowed,
-                    bpf::Decision::DefaultDenied => Decision::DefaultDenied,
-                    bpf::Decision::Unmatched => Decision::Unmatched,
-                },
-                count: o.count,
-            });
-        }
+        let fresh = self.attribute(raw, None);
+        let mut out = std::mem::take(&mut self.released_observations);
+        out.extend(fresh);
         Ok(out)
     }
 }
@@ -3225,6 +3257,29 @@ mod tests {
                 count: 1
             }]
         );
+    }
+
+    /// A released set's id goes to the next cgroup bound: what it counted
+    /// before is still its own cgroup's, never the next pod's.
+    #[test]
+    fn a_released_sets_counts_stay_with_its_cgroup_when_its_id_is_reused() {
+        let mut b = backend();
+        b.add_policy(&pid("obs"), &Program::Observe).unwrap();
+        b.bind(&pid("obs"), 1).unwrap();
+        let first_set = b.set_of(1);
+        b.kernel_mut().packet(1, ip("192.0.2.9"));
+        b.unbind(&pid("obs"), 1).unwrap();
+        b.bind(&pid("obs"), 2).unwrap();
+        assert_eq!(b.set_of(2), first_set, "the id was reused");
+        b.kernel_mut().packet(2, ip("192.0.2.9"));
+        let observation = |cgroup| Observation {
+            cgroup,
+            observed: ip("192.0.2.9"),
+            decision: Decision::Unmatched,
+            count: 1,
+        };
+        assert_eq!(b.drain().unwrap(), [observation(1), observation(2)]);
+        assert!(b.drain().unwrap().is_empty(), "handed out once");
     }
 
     #[test]

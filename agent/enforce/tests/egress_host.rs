@@ -26,7 +26,7 @@ use kyverno_runtime_enforce::egress::{
     ContainerCgroup, DomainSupport as _, EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy,
 };
 use kyverno_runtime_enforce::openexec::{BehaviorLists, Mode};
-use kyverno_runtime_enforce::PolicyId;
+use kyverno_runtime_enforce::{Observation, PolicyId};
 use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_policy::values::FieldPath;
 
@@ -187,4 +187,61 @@ fn a_domain_attaches_the_snooper_and_names_the_set() {
     assert!(m.delete_pod("pod-1").is_empty());
     assert_eq!(m.backend().kernel().snooped().count(), 0);
     assert_eq!(m.backend().kernel().attached().count(), 0);
+}
+
+fn pod(uid: &str, cg: &TempCgroup) -> NetworkPod {
+    NetworkPod {
+        uid: uid.into(),
+        namespace: "default".into(),
+        name: uid.into(),
+        labels: BTreeMap::new(),
+        namespace_labels: BTreeMap::new(),
+        cgroups: vec![ContainerCgroup {
+            id: cg.id(),
+            path: cg.0.clone(),
+        }],
+    }
+}
+
+/// A pod goes and the next one bound takes its set's id: the refusals the
+/// first pod's cgroup made before are reported as its own, never as the
+/// next pod's (the kernel counts by set id).
+#[test]
+fn a_released_sets_refusals_stay_with_its_cgroup_when_the_id_is_reused() {
+    let first = TempCgroup::new("egress-host", "released");
+    let next = TempCgroup::new("egress-host", "reusing");
+    let mut m = EgressManager::new(EgressEnforcer::load().unwrap()).unwrap();
+    let out = m.upsert_policy(policy("deny", &[], &["127.0.0.4"]));
+    assert!(out.failures.is_empty(), "{:?}", out.failures);
+    m.upsert_pod(pod("pod-1", &first));
+    let set = m.backend().set_of(first.id());
+    assert!(!connects(&first, "127.0.0.4"));
+    assert!(m.delete_pod("pod-1").is_empty());
+    m.upsert_pod(pod("pod-2", &next));
+    assert_eq!(m.backend().set_of(next.id()), set, "the id was reused");
+    assert!(!connects(&next, "127.0.0.4"));
+
+    let refusals = |cgroup: u64, observations: &[Observation<IpAddr>]| -> u64 {
+        observations
+            .iter()
+            .filter(|o| o.cgroup == cgroup && o.observed == IpAddr::from([127, 0, 0, 4]))
+            .map(|o| o.count)
+            .sum()
+    };
+    let observations = m.drain().unwrap();
+    // A dropped connect sends its SYN, and again after 1 s: one or two.
+    for (cg, what) in [(&first, "the released pod"), (&next, "the next pod")] {
+        let n = refusals(cg.id(), &observations);
+        assert!(
+            (1..=2).contains(&n),
+            "{what}: {n} refusals in {observations:?}"
+        );
+    }
+    assert!(
+        observations
+            .iter()
+            .all(|o| o.cgroup == first.id() || o.cgroup == next.id()),
+        "{observations:?}"
+    );
+    assert!(m.delete_pod("pod-2").is_empty());
 }
