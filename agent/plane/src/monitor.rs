@@ -17,6 +17,11 @@
 //!   policy behind it;
 //! - a **dns** question is judged by the name matcher and graded as an
 //!   advisory finding (never "would have been denied");
+//! - while a policy is reprogrammed, the kernel may refuse by its old
+//!   lists or its new ones: the engine stages the new form before the
+//!   kernel changes ([`Monitor::stage_policy`]), the old one stays beside it
+//!   and, once settled, for a grace as long as a drained counter can take
+//!   to arrive; a refusal only the old form denies is judged by it;
 //! - a kernel refusal no enforce policy explains (a policy deleted since,
 //!   pins adopted from a previous daemon) is counted as
 //!   `unattributed_kernel_deny` and logged, never lost silently.
@@ -33,6 +38,7 @@ use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_report::{self as report, Finding, PodIdentity, Process};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 /// Where findings go (the reporter, the push stream). Implementations
 /// redact before anything leaves the daemon.
@@ -61,6 +67,10 @@ pub struct MonitorPolicy {
     /// from it (see [`Monitor::stage_policy`]): the kernel may still refuse
     /// by the old lists, and such a refusal is the policy's all the same.
     pub previous: Option<Arc<MonitorPolicy>>,
+    /// Until when [`previous`](Self::previous) explains refusals: `None`
+    /// while staged; once settled, the monitor's grace (counters the kernel
+    /// took by the old lists arrive with the next drain).
+    pub previous_until: Option<Instant>,
 }
 
 impl MonitorPolicy {
@@ -81,6 +91,16 @@ impl MonitorPolicy {
             behaviors: Behaviors::compile(evaluated),
             filters,
             previous: None,
+            previous_until: None,
+        }
+    }
+
+    /// The previous form, while it still explains refusals.
+    fn previous_form(&self) -> Option<&MonitorPolicy> {
+        let previous = self.previous.as_deref()?;
+        match self.previous_until {
+            Some(until) if Instant::now() >= until => None,
+            _ => Some(previous),
         }
     }
 
@@ -143,6 +163,7 @@ pub struct Monitor {
     selections: Mutex<HashMap<String, Selection>>,
     sinks: Vec<Arc<dyn FindingSink>>,
     metrics: Option<Arc<Metrics>>,
+    previous_grace: Duration,
 }
 
 impl Monitor {
@@ -153,7 +174,17 @@ impl Monitor {
             selections: Mutex::default(),
             sinks,
             metrics,
+            previous_grace: Duration::ZERO,
         }
+    }
+
+    /// How long a settled policy's previous form still explains refusals:
+    /// as long as a refusal can take to reach the monitor (counters are
+    /// drained at an interval), so one the old lists made just before the
+    /// kernel was reprogrammed is not left unexplained.
+    pub fn with_previous_grace(mut self, grace: Duration) -> Self {
+        self.previous_grace = grace;
+        self
     }
 
     fn edit(&self, f: impl FnOnce(&mut Table)) {
@@ -167,10 +198,21 @@ impl Monitor {
         *guard = Arc::new(table);
     }
 
-    /// Adds or replaces a policy (by name).
-    pub fn set_policy(&self, policy: MonitorPolicy) {
+    /// Adds or replaces a policy (by name). A staged form it settles passes
+    /// its previous form on for the grace ([`Self::with_previous_grace`]).
+    pub fn set_policy(&self, mut policy: MonitorPolicy) {
+        let until = Instant::now() + self.previous_grace;
         self.edit(|t| {
-            t.policies.retain(|p| p.name != policy.name);
+            let old = t.policies.iter().position(|p| p.name == policy.name);
+            if let Some(old) = old.map(|i| t.policies.remove(i)) {
+                if self.previous_grace > Duration::ZERO {
+                    policy.previous = old.previous.clone();
+                    policy.previous_until = Some(match old.previous_until {
+                        Some(earlier) => earlier.min(until),
+                        None => until,
+                    });
+                }
+            }
             t.policies.push(Arc::new(policy));
         });
     }
@@ -192,9 +234,11 @@ impl Monitor {
                     None => old,
                     Some(_) => Arc::new(MonitorPolicy {
                         previous: None,
+                        previous_until: None,
                         ..(*old).clone()
                     }),
                 });
+                policy.previous_until = None;
             }
             t.policies.push(Arc::new(policy));
         });
@@ -364,7 +408,7 @@ impl Sink for Monitor {
         for policy in self.selecting(&table, pod).iter() {
             // While a policy is being reprogrammed, a refusal only its
             // previous form explains is judged by that form.
-            let policy = match &policy.previous {
+            let policy = match policy.previous_form() {
                 Some(previous)
                     if kernel_denied
                         && !policy.refuses(&event.facts)
@@ -372,7 +416,7 @@ impl Sink for Monitor {
                 {
                     previous
                 }
-                _ => policy,
+                _ => &**policy,
             };
             if !policy.has(kind) {
                 continue;

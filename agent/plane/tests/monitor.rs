@@ -397,6 +397,38 @@ fn while_a_policy_is_reprogrammed_either_form_explains_a_refusal() {
     );
 }
 
+/// Counters are drained at an interval: a refusal the old lists made just
+/// before the kernel was reprogrammed can arrive after the policy settled.
+/// With a grace the old form explains it that long, and not after.
+#[test]
+fn a_settled_policys_old_form_explains_refusals_for_the_grace_only() {
+    let web = pod(&[]);
+    let spec = |deny: &str| {
+        serde_json::json!({"mode": "enforce", "podSelector": {},
+            "behaviors": [{"exec": {"deny": {"values": [deny]}}}]})
+    };
+    let reprogram = |m: &Monitor| {
+        m.set_policy(policy("p", spec("/usr/bin/curl")));
+        m.stage_policy(policy("p", spec("/usr/bin/wget")));
+        m.set_policy(policy("p", spec("/usr/bin/wget")));
+    };
+    let findings = Arc::new(Findings::default());
+    let m = Monitor::new(vec![findings.clone()], None)
+        .with_previous_grace(std::time::Duration::from_secs(3600));
+    reprogram(&m);
+    m.handle(&refused_exec("/usr/bin/curl", &web));
+    assert_eq!(findings.take().len(), 1, "within the grace");
+
+    let m = Monitor::new(vec![findings.clone()], None)
+        .with_previous_grace(std::time::Duration::from_millis(1));
+    reprogram(&m);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    m.handle(&refused_exec("/usr/bin/curl", &web));
+    assert!(findings.take().is_empty(), "after the grace");
+    m.handle(&refused_exec("/usr/bin/wget", &web));
+    assert_eq!(findings.take().len(), 1, "the settled form");
+}
+
 /// Enforce switched to monitor: until the kernel stops refusing, a refusal
 /// is an enforced finding of the old form, not a counterfactual one.
 #[test]

@@ -598,7 +598,12 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         reporter: reporter.as_ref().map(|r| r.handle()),
         push: push.as_ref().map(|p| p.handle()),
     };
-    let monitor = Arc::new(Monitor::new(vec![Arc::new(sinks)], Some(metrics.clone())));
+    // A refusal by a policy's old lists can reach the monitor one drain
+    // after the policy was reprogrammed: its old form explains it that long.
+    let monitor = Arc::new(
+        Monitor::new(vec![Arc::new(sinks)], Some(metrics.clone()))
+            .with_previous_grace(args.drain_interval.saturating_mul(2)),
+    );
     let index = Arc::new(Index::new(
         Some(metrics.clone()),
         "/proc",
