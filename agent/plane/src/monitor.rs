@@ -223,7 +223,8 @@ impl Monitor {
     /// attached as [`MonitorPolicy::previous`], so a refusal the kernel
     /// still makes by the old lists meanwhile is explained too.
     /// [`set_policy`](Self::set_policy) with the same form, once the kernel
-    /// holds it, drops the old one.
+    /// holds it, settles it: the old one is kept for the grace
+    /// ([`Self::with_previous_grace`]), then no longer explains anything.
     pub fn stage_policy(&self, mut policy: MonitorPolicy) {
         self.edit(|t| {
             let old = t.policies.iter().position(|p| p.name == policy.name);
