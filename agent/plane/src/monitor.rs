@@ -22,8 +22,10 @@
 //!   kernel changes ([`Monitor::stage_policy`]), the old one stays beside it
 //!   and, once settled, for a grace as long as a drained counter can take
 //!   to arrive; a refusal only the old form denies is judged by it;
-//! - a kernel refusal no enforce policy explains (a policy deleted since,
-//!   pins adopted from a previous daemon) is counted as
+//! - a refusal by an enforce policy deleted within that grace makes no
+//!   finding (its results go with it) and is counted as `policy_deleted`;
+//! - a kernel refusal no enforce policy explains (a policy deleted longer
+//!   ago, pins adopted from a previous daemon) is counted as
 //!   `unattributed_kernel_deny` and logged, never lost silently.
 
 use crate::collector::Sink;
@@ -142,6 +144,9 @@ impl MonitorPolicy {
 struct Table {
     generation: u64,
     policies: Vec<Arc<MonitorPolicy>>,
+    /// Enforce policies deleted less than the grace ago, with when they
+    /// stop explaining refusals (see [`Monitor::retire_policy`]).
+    retired: Vec<(Instant, Arc<MonitorPolicy>)>,
     namespaces: HashMap<String, BTreeMap<String, String>>,
 }
 
@@ -189,9 +194,16 @@ impl Monitor {
 
     fn edit(&self, f: impl FnOnce(&mut Table)) {
         let mut guard = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
         let mut table = Table {
             generation: guard.generation + 1,
             policies: guard.policies.clone(),
+            retired: guard
+                .retired
+                .iter()
+                .filter(|(until, _)| now < *until)
+                .cloned()
+                .collect(),
             namespaces: guard.namespaces.clone(),
         };
         f(&mut table);
@@ -248,6 +260,25 @@ impl Monitor {
     /// Removes a policy.
     pub fn remove_policy(&self, name: &str) {
         self.edit(|t| t.policies.retain(|p| p.name != name));
+    }
+
+    /// Removes a deleted policy, after the kernel stopped enforcing it. For
+    /// the grace ([`Self::with_previous_grace`]) an enforce policy still
+    /// explains the refusals it made before (drained counters arrive late):
+    /// they make no finding (the policy is gone, and so are its results)
+    /// and are counted as `policy_deleted`, not as a refusal nothing
+    /// explains.
+    pub fn retire_policy(&self, name: &str) {
+        let until = Instant::now() + self.previous_grace;
+        let grace = self.previous_grace > Duration::ZERO;
+        self.edit(|t| {
+            let old = t.policies.iter().position(|p| p.name == name);
+            if let Some(old) = old.map(|i| t.policies.remove(i)) {
+                if grace && old.mode == RuntimePolicyMode::Enforce {
+                    t.retired.push((until, old));
+                }
+            }
+        });
     }
 
     /// Sets a namespace's labels.
@@ -359,6 +390,17 @@ impl Monitor {
             sink.submit(finding.clone());
         }
         last.submit(finding);
+    }
+
+    /// Whether a policy deleted within the grace, selecting the pod,
+    /// denies what the kernel refused.
+    fn retired_explains(&self, table: &Table, pod: &PodRef, event: &Event) -> bool {
+        let now = Instant::now();
+        let empty = BTreeMap::new();
+        let ns = table.namespaces.get(&pod.namespace).unwrap_or(&empty);
+        table.retired.iter().any(|(until, p)| {
+            now < *until && p.target.matches(ns, &pod.labels) && p.refuses(&event.facts)
+        })
     }
 
     fn filter_errors(&self, policy: &MonitorPolicy, errors: Vec<FilterError>) {
@@ -473,6 +515,18 @@ impl Sink for Monitor {
                 comm = %event.process.as_ref().map(|p| report::sanitize(&p.comm)).unwrap_or_default(),
                 "kernel refused"
             );
+        }
+        if kernel_denied && !explained && self.retired_explains(&table, pod, event) {
+            if let Some(m) = &self.metrics {
+                m.events_dropped("monitor", DropReason::policy_deleted, event.count);
+            }
+            tracing::debug!(
+                kind = kind.as_str(),
+                pod = %format!("{}/{}", pod.namespace, pod.name),
+                target = %report::sanitize(&event.facts.target()),
+                "the kernel refused an operation by a policy deleted since"
+            );
+            return;
         }
         if kernel_denied && !explained {
             if let Some(m) = &self.metrics {

@@ -429,6 +429,60 @@ fn a_settled_policys_old_form_explains_refusals_for_the_grace_only() {
     assert_eq!(findings.take().len(), 1, "the settled form");
 }
 
+/// A refusal drained after its enforce policy was deleted: within the grace
+/// it is the deleted policy's (no finding, counted as policy_deleted), after
+/// it nothing explains it.
+#[test]
+fn a_deleted_policys_late_refusals_are_counted_as_its_own_for_the_grace() {
+    let web = pod(&[]);
+    let spec = serde_json::json!({"mode": "enforce", "podSelector": {},
+        "behaviors": [{"exec": {"deny": {"values": ["/usr/bin/curl"]}}}]});
+    let line = |metrics: &Metrics, reason: &str| {
+        metrics
+            .encode()
+            .lines()
+            .find(|l| l.contains(&format!(r#"reason="{reason}""#)))
+            .unwrap_or_default()
+            .to_string()
+    };
+    for (grace, reason) in [
+        (std::time::Duration::from_secs(3600), "policy_deleted"),
+        (
+            std::time::Duration::from_millis(1),
+            "unattributed_kernel_deny",
+        ),
+    ] {
+        let findings = Arc::new(Findings::default());
+        let metrics = Arc::new(Metrics::new());
+        let m =
+            Monitor::new(vec![findings.clone()], Some(metrics.clone())).with_previous_grace(grace);
+        m.set_policy(policy("p", spec.clone()));
+        m.retire_policy("p");
+        assert_eq!(m.policy_count(), 0, "gone for everything else");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut late = refused_exec("/usr/bin/curl", &web);
+        late.count = 3;
+        m.handle(&late);
+        assert!(findings.take().is_empty(), "no finding of a deleted policy");
+        assert!(
+            line(&metrics, reason).ends_with(" 3"),
+            "grace {grace:?}: {}",
+            metrics.encode()
+        );
+        // A refusal the deleted policy never made is not its.
+        m.handle(&refused_exec("/usr/bin/wget", &web));
+        assert!(
+            line(&metrics, "unattributed_kernel_deny").ends_with(if reason == "policy_deleted" {
+                " 1"
+            } else {
+                " 4"
+            }),
+            "{}",
+            metrics.encode()
+        );
+    }
+}
+
 /// Enforce switched to monitor: until the kernel stops refusing, a refusal
 /// is an enforced finding of the old form, not a counterfactual one.
 #[test]

@@ -87,6 +87,8 @@ impl Engine {
         let monitor = &self.plane.parts.monitor;
         match self.monitor_form(name) {
             Some(form) => monitor.set_policy(form),
+            // Deleted (and unprogrammed): its late refusals are its own.
+            None if !self.policies.contains_key(name) => monitor.retire_policy(name),
             None => monitor.remove_policy(name),
         }
         self.sync_exec_trace();
