@@ -26,11 +26,10 @@ mod cgroup;
 use std::fs;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cgroup::{cgroup2_mount, TempCgroup};
+use cgroup::{own_cgroup_dir, own_cgroup_id, TempCgroup};
 use kyverno_runtime_bpf::egress::{
     Domain, DomainVerdicts, EgressFilter, FilterFlags, FloorProgram, Prefix, Verdict,
 };
@@ -56,20 +55,6 @@ const DEFAULT_DENY: FilterFlags = FilterFlags {
     observe: false,
     domains: false,
 };
-
-/// The directory of this process's cgroup.
-fn own_cgroup_dir() -> PathBuf {
-    let cgroups = fs::read_to_string("/proc/self/cgroup").unwrap();
-    let path = cgroups
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .expect("no cgroup v2 line");
-    cgroup2_mount().join(path.trim_start_matches('/'))
-}
-
-fn own_cgroup_id() -> u64 {
-    fs::metadata(own_cgroup_dir()).unwrap().ino()
-}
 
 // ---- frames -------------------------------------------------------------------
 

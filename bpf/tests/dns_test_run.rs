@@ -11,78 +11,16 @@
 // covers `#[test]` functions): a panic there is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::fs;
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+#[path = "common/cgroup.rs"]
+mod cgroup;
+
+use cgroup::{cgroup_id, own_cgroup_id, TempCgroup};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kyverno_runtime_bpf::dns::{DnsObserver, DnsQuestion, DnsReader, DnsStats};
 
 const PASS: u32 = 1;
-
-// ---- the process's cgroup -------------------------------------------------
-
-/// The mount point of the first cgroup2 filesystem (field 5 of a mountinfo
-/// line whose filesystem type, after " - ", is cgroup2).
-fn cgroup2_mount() -> PathBuf {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .expect("no cgroup2 mount in /proc/self/mountinfo")
-}
-
-/// This process's cgroup v2 directory: the `0::PATH` line of
-/// /proc/self/cgroup under the cgroup2 mount.
-fn own_cgroup_dir() -> PathBuf {
-    let cgroups = fs::read_to_string("/proc/self/cgroup").unwrap();
-    let path = cgroups
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .expect("no cgroup v2 line (0::PATH) in /proc/self/cgroup");
-    cgroup2_mount().join(path.trim_start_matches('/'))
-}
-
-/// A cgroup v2 id: the inode number of its directory.
-fn cgroup_id(dir: &Path) -> u64 {
-    fs::metadata(dir)
-        .unwrap_or_else(|e| panic!("stat {}: {e}", dir.display()))
-        .ino()
-}
-
-fn own_cgroup_id() -> u64 {
-    cgroup_id(&own_cgroup_dir())
-}
-
-/// A child cgroup of the cgroup v2 mount, removed on drop.
-struct TempCgroup(PathBuf);
-
-impl TempCgroup {
-    fn new(tag: &str) -> Self {
-        let dir = cgroup2_mount().join(format!("krt-dns-test-{tag}-{}", std::process::id()));
-        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        Self(dir)
-    }
-}
-
-impl Drop for TempCgroup {
-    fn drop(&mut self) {
-        // The child that joined it has exited; cgroupfs wants rmdir. An
-        // exited process may linger in cgroup.procs for a moment.
-        for _ in 0..50 {
-            if fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("cannot remove {}", self.0.display());
-    }
-}
 
 // ---- frames -----------------------------------------------------------------
 
@@ -501,8 +439,8 @@ fn a_full_ring_buffer_counts_what_it_loses() {
 fn an_attached_cgroup_reports_a_real_question() {
     let f = Fixture::ungated();
     let mut reader = f.reader;
-    let gated = TempCgroup::new("gated");
-    let ungated = TempCgroup::new("ungated");
+    let gated = TempCgroup::new("dns-test-gated");
+    let ungated = TempCgroup::new("dns-test-ungated");
     let _links = [
         f.observer.attach(&gated.0).unwrap(),
         f.observer.attach(&ungated.0).unwrap(),

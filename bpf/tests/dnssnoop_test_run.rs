@@ -12,13 +12,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/cgroup.rs"]
+mod cgroup;
 #[path = "common/dnsmsg.rs"]
 mod dnsmsg;
 
-use std::fs;
+use cgroup::own_cgroup_id;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::unix::fs::MetadataExt as _;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use dnsmsg::{labels_then, ptr, wire, Response, QNAME_AT, TYPE_A, TYPE_AAAA, TYPE_TXT};
@@ -30,31 +30,6 @@ use kyverno_runtime_bpf::egress::{
 const PASS: u32 = 1;
 const DROP: u32 = 0;
 const SET: u32 = 7;
-
-// ---- the process's cgroup -------------------------------------------------
-
-fn cgroup2_mount() -> PathBuf {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .expect("no cgroup2 mount in /proc/self/mountinfo")
-}
-
-fn own_cgroup_id() -> u64 {
-    let cgroups = fs::read_to_string("/proc/self/cgroup").unwrap();
-    let path = cgroups
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .expect("no cgroup v2 line in /proc/self/cgroup");
-    fs::metadata(cgroup2_mount().join(path.trim_start_matches('/')))
-        .unwrap()
-        .ino()
-}
 
 // ---- frames ------------------------------------------------------------------
 

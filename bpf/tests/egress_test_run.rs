@@ -20,9 +20,12 @@
 // (clippy.toml allows unwrap in `#[test]` functions only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/cgroup.rs"]
+mod cgroup;
+
+use cgroup::{cgroup2_mount, own_cgroup_dir, own_cgroup_id};
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -46,34 +49,6 @@ fn shared() -> RwLockReadGuard<'static, ()> {
 
 fn exclusive() -> RwLockWriteGuard<'static, ()> {
     CGROUP.write().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The mount point of the first cgroup2 filesystem in /proc/self/mountinfo.
-fn cgroup2_mount() -> PathBuf {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .expect("no cgroup2 mount in /proc/self/mountinfo")
-}
-
-/// This process's cgroup v2 directory (the `0::` line of /proc/self/cgroup).
-fn own_cgroup_dir() -> PathBuf {
-    let cgroup = fs::read_to_string("/proc/self/cgroup").unwrap();
-    let path = cgroup
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .expect("no cgroup v2 line in /proc/self/cgroup");
-    cgroup2_mount().join(path.trim_start_matches('/'))
-}
-
-/// The kernel's id of this process's cgroup: its directory's inode.
-fn own_cgroup_id() -> u64 {
-    fs::metadata(own_cgroup_dir()).unwrap().ino()
 }
 
 /// This process moved into a fresh child cgroup; moved back and the child

@@ -8,48 +8,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::fs;
-use std::path::PathBuf;
+#[path = "common/cgroup.rs"]
+mod cgroup;
+
+use cgroup::TempCgroup;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kyverno_runtime_bpf::cgroup_attach::cgroup_id;
 use kyverno_runtime_bpf::exectrace::{ExecRecord, ExecTracer, ARGV_SLOTS, ARG_LEN};
 use kyverno_runtime_bpf::ring::RecordReader;
-
-fn cgroup2_mount() -> PathBuf {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .expect("no cgroup2 mount in /proc/self/mountinfo")
-}
-
-struct TempCgroup(PathBuf);
-
-impl TempCgroup {
-    fn new(tag: &str) -> Self {
-        let dir = cgroup2_mount().join(format!("krt-exectrace-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir(&dir);
-        fs::create_dir(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for TempCgroup {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            if fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
 
 /// Runs `/bin/echo args...` from a shell that first joins `cg` (or stays
 /// where it is for `None`); returns the echo's pid.
@@ -86,7 +54,7 @@ fn records(reader: &mut RecordReader<ExecRecord>, want: usize, wait: Duration) -
 fn an_exec_in_the_gate_is_reported_with_its_argv_and_one_outside_is_not() {
     let tracer = ExecTracer::load(None).unwrap();
     let mut reader = tracer.reader().unwrap();
-    let cg = TempCgroup::new("gate");
+    let cg = TempCgroup::new("exectrace-gate");
     let id = cgroup_id(&cg.0).unwrap();
     tracer.admit(id).unwrap();
 
@@ -134,7 +102,7 @@ fn an_exec_in_the_gate_is_reported_with_its_argv_and_one_outside_is_not() {
 fn long_and_many_arguments_are_cut_and_flagged() {
     let tracer = ExecTracer::load(None).unwrap();
     let mut reader = tracer.reader().unwrap();
-    let cg = TempCgroup::new("long");
+    let cg = TempCgroup::new("exectrace-long");
     let id = cgroup_id(&cg.0).unwrap();
     tracer.admit(id).unwrap();
 

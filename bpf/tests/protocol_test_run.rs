@@ -22,9 +22,11 @@
 // A test harness, helpers included: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/cgroup.rs"]
+mod cgroup;
+
+use cgroup::{cgroup2_mount, cgroup_id, own_cgroup_dir};
 use std::fs;
-use std::os::unix::fs::MetadataExt as _;
-use std::path::PathBuf;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use kyverno_runtime_bpf::protocol::{
@@ -50,34 +52,6 @@ fn shared() -> RwLockReadGuard<'static, ()> {
 
 fn exclusive() -> RwLockWriteGuard<'static, ()> {
     CGROUP.write().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The mount point of the first cgroup2 filesystem in /proc/self/mountinfo.
-fn cgroup2_mount() -> PathBuf {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .expect("no cgroup2 mount in /proc/self/mountinfo")
-}
-
-/// This process's cgroup v2 directory.
-fn own_cgroup_dir() -> PathBuf {
-    let cgroups = fs::read_to_string("/proc/self/cgroup").unwrap();
-    let path = cgroups
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .expect("no cgroup v2 line (0::) in /proc/self/cgroup");
-    cgroup2_mount().join(path.trim_start_matches('/'))
-}
-
-/// A cgroup v2 id: the inode number of the directory.
-fn cgroup_id(dir: &std::path::Path) -> u64 {
-    fs::metadata(dir).unwrap().ino()
 }
 
 // ----------------------------------------------------------------------------

@@ -1,10 +1,12 @@
-//! Temporary cgroup v2 directories for the tests and the bench that send
-//! real traffic from a cgroup of their own.
+//! The cgroup v2 side of the BPF tests and the cgroup_skb bench: the
+//! mount, this process's own cgroup and its id, and temporary child
+//! cgroups.
 
 #![allow(dead_code)]
 
 use std::fs;
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The mount point of the first cgroup2 filesystem (field 5 of a mountinfo
@@ -19,6 +21,29 @@ pub fn cgroup2_mount() -> PathBuf {
                 .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
         })
         .expect("no cgroup2 mount in /proc/self/mountinfo")
+}
+
+/// This process's cgroup v2 directory: the `0::PATH` line of
+/// /proc/self/cgroup under the cgroup2 mount.
+pub fn own_cgroup_dir() -> PathBuf {
+    let cgroups = fs::read_to_string("/proc/self/cgroup").unwrap();
+    let path = cgroups
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("no cgroup v2 line (0::PATH) in /proc/self/cgroup");
+    cgroup2_mount().join(path.trim_start_matches('/'))
+}
+
+/// A cgroup v2 id: the inode number of its directory.
+pub fn cgroup_id(dir: &Path) -> u64 {
+    fs::metadata(dir)
+        .unwrap_or_else(|e| panic!("stat {}: {e}", dir.display()))
+        .ino()
+}
+
+/// The id of this process's cgroup.
+pub fn own_cgroup_id() -> u64 {
+    cgroup_id(&own_cgroup_dir())
 }
 
 /// A child cgroup of the cgroup v2 mount (`krt-<tag>-<pid>`), removed on
@@ -37,7 +62,7 @@ impl TempCgroup {
 
     /// Its id (the directory's inode), as `bpf_skb_cgroup_id` reads it.
     pub fn id(&self) -> u64 {
-        kyverno_runtime_bpf::cgroup_attach::cgroup_id(&self.0).unwrap()
+        cgroup_id(&self.0)
     }
 }
 
