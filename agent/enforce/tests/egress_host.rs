@@ -12,101 +12,25 @@
 
 mod common;
 
+use common::egress::{connects, pid, pod, policy};
 use common::TempCgroup;
 
-use std::collections::BTreeMap;
-use std::fs;
-use std::io::ErrorKind;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::net::IpAddr;
 
-use kyverno_runtime_enforce::egress::{
-    ContainerCgroup, DomainSupport as _, EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy,
-};
-use kyverno_runtime_enforce::openexec::{BehaviorLists, Mode};
-use kyverno_runtime_enforce::{Observation, PolicyId};
-use kyverno_runtime_policy::selector::PodTarget;
-use kyverno_runtime_policy::values::FieldPath;
+use kyverno_runtime_enforce::egress::{DomainSupport as _, EgressEnforcer, EgressManager};
+use kyverno_runtime_enforce::Observation;
 
-const CHILD_ENV: &str = "KRT_EGRESS_HOST_CHILD";
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
-
-/// The child: joins the cgroup and connects; exit 0 connected, 10 not.
+/// The connect child of `common::egress::connects`.
 #[test]
 fn connect_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let (dir, addr) = spec.split_once('\t').unwrap();
-    fs::write(
-        Path::new(dir).join("cgroup.procs"),
-        std::process::id().to_string(),
-    )
-    .unwrap();
-    let addr: SocketAddr = addr.parse().unwrap();
-    let code = match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-        Ok(_) => 0,
-        Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => 10,
-        Err(e) => {
-            eprintln!("child: connect {addr}: {e}");
-            11
-        }
-    };
-    std::process::exit(code);
-}
-
-/// Whether a child in `cg` connects to a listener on `ip`.
-fn connects(cg: &TempCgroup, ip: &str) -> bool {
-    let ip: IpAddr = ip.parse().unwrap();
-    let listener = TcpListener::bind((ip, 0)).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "connect_child", "--nocapture", "-q"])
-        .env(CHILD_ENV, format!("{}\t{addr}", cg.0.display()))
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    match status.code() {
-        Some(0) => true,
-        Some(10 | 11) => false,
-        _ => panic!("child failed: {status}"),
-    }
-}
-
-fn policy(id: &str, allow: &[&str], deny: &[&str]) -> NetworkPolicy {
-    NetworkPolicy {
-        id: PolicyId::new(id).unwrap(),
-        name: id.into(),
-        mode: Mode::Enforce,
-        target: PodTarget::everything(),
-        network: Some(BehaviorLists {
-            field: FieldPath::spec()
-                .field("behaviors")
-                .index(0)
-                .field("network"),
-            allow: allow.iter().map(|s| s.to_string()).collect(),
-            deny: deny.iter().map(|s| s.to_string()).collect(),
-        }),
-    }
+    common::egress::connect_child();
 }
 
 #[test]
 fn policies_union_over_a_real_cgroup() {
     let cg = TempCgroup::new("egress-host", "union");
     let mut m = EgressManager::new(EgressEnforcer::load().unwrap()).unwrap();
-    m.upsert_pod(NetworkPod {
-        uid: "pod-1".into(),
-        namespace: "default".into(),
-        name: "web".into(),
-        labels: BTreeMap::new(),
-        namespace_labels: BTreeMap::new(),
-        cgroups: vec![ContainerCgroup {
-            id: cg.id(),
-            path: cg.0.clone(),
-        }],
-    });
+    m.upsert_pod(pod("pod-1", &cg));
     // Default deny with an allow list, and a value that is refused (an
     // address that is none) rather than dropped.
     let out = m.upsert_policy(policy("allow-list", &["127.0.0.2", "10.0.0.300"], &["*"]));
@@ -126,9 +50,7 @@ fn policies_union_over_a_real_cgroup() {
     m.upsert_policy(policy("second", &["::1"], &[]));
     assert!(connects(&cg, "127.0.0.2"));
     // Deleting the default-deny policy lifts the default deny.
-    assert!(m
-        .delete_policy(&PolicyId::new("allow-list").unwrap())
-        .is_empty());
+    assert!(m.delete_policy(&pid("allow-list")).is_empty());
     assert!(connects(&cg, "127.0.0.3"));
     // The pod gone: detached, nothing filters it.
     m.upsert_policy(policy("second", &[], &["::1"]));
@@ -145,17 +67,7 @@ fn a_domain_attaches_the_snooper_and_names_the_set() {
     m.backend()
         .domains_available()
         .expect("the DNS answer snooper loads on this kernel");
-    m.upsert_pod(NetworkPod {
-        uid: "pod-1".into(),
-        namespace: "default".into(),
-        name: "web".into(),
-        labels: BTreeMap::new(),
-        namespace_labels: BTreeMap::new(),
-        cgroups: vec![ContainerCgroup {
-            id: cg.id(),
-            path: cg.0.clone(),
-        }],
-    });
+    m.upsert_pod(pod("pod-1", &cg));
     let out = m.upsert_policy(policy("names", &["Allowed.Test"], &["denied.test"]));
     assert!(
         out.failures.is_empty() && out.rejections.is_empty(),
@@ -187,20 +99,6 @@ fn a_domain_attaches_the_snooper_and_names_the_set() {
     assert!(m.delete_pod("pod-1").is_empty());
     assert_eq!(m.backend().kernel().snooped().count(), 0);
     assert_eq!(m.backend().kernel().attached().count(), 0);
-}
-
-fn pod(uid: &str, cg: &TempCgroup) -> NetworkPod {
-    NetworkPod {
-        uid: uid.into(),
-        namespace: "default".into(),
-        name: uid.into(),
-        labels: BTreeMap::new(),
-        namespace_labels: BTreeMap::new(),
-        cgroups: vec![ContainerCgroup {
-            id: cg.id(),
-            path: cg.0.clone(),
-        }],
-    }
 }
 
 /// A pod goes and the next one bound takes its set's id: the refusals the

@@ -19,27 +19,24 @@
 
 mod common;
 
+use common::egress::{connects, pid, pod, policy};
 use common::TempCgroup;
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::io::ErrorKind;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use kyverno_runtime_bpf::egress::{EgressFilter, PinOutcome, LAYOUT_VERSION};
-use kyverno_runtime_enforce::egress::{
-    ContainerCgroup, EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy,
-};
-use kyverno_runtime_enforce::openexec::{BehaviorLists, Mode};
-use kyverno_runtime_enforce::{Enforcer as _, PolicyId};
-use kyverno_runtime_policy::selector::PodTarget;
-use kyverno_runtime_policy::values::FieldPath;
+use kyverno_runtime_enforce::egress::{EgressEnforcer, EgressManager, NetworkPolicy};
+use kyverno_runtime_enforce::openexec::Mode;
+use kyverno_runtime_enforce::Enforcer as _;
 
-const CHILD_ENV: &str = "KRT_EGRESS_RESTART_CHILD";
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
+/// The connect child of `common::egress::connects`.
+#[test]
+fn connect_child() {
+    common::egress::connect_child();
+}
 
 /// A private bpffs instance, unmounted (and so emptied) on drop.
 struct Bpffs(PathBuf);
@@ -78,48 +75,6 @@ impl Drop for Bpffs {
     }
 }
 
-/// The child: joins the cgroup and connects; exit 0 connected, 10 not.
-#[test]
-fn connect_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let (dir, addr) = spec.split_once('\t').unwrap();
-    fs::write(
-        Path::new(dir).join("cgroup.procs"),
-        std::process::id().to_string(),
-    )
-    .unwrap();
-    let addr: SocketAddr = addr.parse().unwrap();
-    let code = match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-        Ok(_) => 0,
-        Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => 10,
-        Err(e) => {
-            eprintln!("child: connect {addr}: {e}");
-            11
-        }
-    };
-    std::process::exit(code);
-}
-
-/// Whether a child in `cg` connects to a listener on the host at `ip`.
-fn connects(cg: &TempCgroup, ip: &str) -> bool {
-    let ip: IpAddr = ip.parse().unwrap();
-    let listener = TcpListener::bind((ip, 0)).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "connect_child", "--nocapture", "-q"])
-        .env(CHILD_ENV, format!("{}\t{addr}", cg.0.display()))
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    match status.code() {
-        Some(0) => true,
-        Some(10 | 11) => false,
-        _ => panic!("child failed: {status}"),
-    }
-}
-
 /// Polls until a child in `cg` connects to `ip` (a removed pin detaches
 /// its link only after an RCU grace period).
 fn eventually_connects(cg: &TempCgroup, ip: &str) -> bool {
@@ -130,41 +85,6 @@ fn eventually_connects(cg: &TempCgroup, ip: &str) -> bool {
         std::thread::sleep(Duration::from_millis(100));
     }
     false
-}
-
-fn pid(id: &str) -> PolicyId {
-    PolicyId::new(id).unwrap()
-}
-
-fn policy(id: &str, allow: &[&str], deny: &[&str]) -> NetworkPolicy {
-    NetworkPolicy {
-        id: pid(id),
-        name: id.into(),
-        mode: Mode::Enforce,
-        target: PodTarget::everything(),
-        network: Some(BehaviorLists {
-            field: FieldPath::spec()
-                .field("behaviors")
-                .index(0)
-                .field("network"),
-            allow: allow.iter().map(|s| s.to_string()).collect(),
-            deny: deny.iter().map(|s| s.to_string()).collect(),
-        }),
-    }
-}
-
-fn pod(uid: &str, cg: &TempCgroup) -> NetworkPod {
-    NetworkPod {
-        uid: uid.into(),
-        namespace: "default".into(),
-        name: uid.into(),
-        labels: BTreeMap::new(),
-        namespace_labels: BTreeMap::new(),
-        cgroups: vec![ContainerCgroup {
-            id: cg.id(),
-            path: cg.0.clone(),
-        }],
-    }
 }
 
 #[test]

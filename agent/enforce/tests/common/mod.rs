@@ -2,6 +2,8 @@
 //! under the host's cgroup v2 mount.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod egress;
+
 use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
