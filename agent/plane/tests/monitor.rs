@@ -325,13 +325,18 @@ fn refused_exec(path: &str, pod: &Arc<PodRef>) -> Event {
     e
 }
 
-fn unattributed(metrics: &Metrics) -> String {
+/// The monitor's `events_dropped_total` line for `reason`, or "".
+fn dropped(metrics: &Metrics, reason: &str) -> String {
     metrics
         .encode()
         .lines()
-        .find(|l| l.contains(r#"reason="unattributed_kernel_deny""#))
+        .find(|l| l.contains(&format!(r#"source="monitor",reason="{reason}""#)))
         .unwrap_or_default()
         .to_string()
+}
+
+fn unattributed(metrics: &Metrics) -> String {
+    dropped(metrics, "unattributed_kernel_deny")
 }
 
 /// The engine stages a policy before programming the kernel: the first
@@ -437,14 +442,6 @@ fn a_deleted_policys_late_refusals_are_counted_as_its_own_for_the_grace() {
     let web = pod(&[]);
     let spec = serde_json::json!({"mode": "enforce", "podSelector": {},
         "behaviors": [{"exec": {"deny": {"values": ["/usr/bin/curl"]}}}]});
-    let line = |metrics: &Metrics, reason: &str| {
-        metrics
-            .encode()
-            .lines()
-            .find(|l| l.contains(&format!(r#"reason="{reason}""#)))
-            .unwrap_or_default()
-            .to_string()
-    };
     for (grace, reason) in [
         (std::time::Duration::from_secs(3600), "policy_deleted"),
         (
@@ -465,14 +462,14 @@ fn a_deleted_policys_late_refusals_are_counted_as_its_own_for_the_grace() {
         m.handle(&late);
         assert!(findings.take().is_empty(), "no finding of a deleted policy");
         assert!(
-            line(&metrics, reason).ends_with(" 3"),
+            dropped(&metrics, reason).ends_with(" 3"),
             "grace {grace:?}: {}",
             metrics.encode()
         );
         // A refusal the deleted policy never made is not its.
         m.handle(&refused_exec("/usr/bin/wget", &web));
         assert!(
-            line(&metrics, "unattributed_kernel_deny").ends_with(if reason == "policy_deleted" {
+            unattributed(&metrics).ends_with(if reason == "policy_deleted" {
                 " 1"
             } else {
                 " 4"
