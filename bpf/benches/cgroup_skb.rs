@@ -22,6 +22,8 @@
 
 #[path = "../tests/common/cgroup.rs"]
 mod cgroup;
+#[path = "../tests/common/tlsmsg.rs"]
+mod tlsmsg;
 
 use std::fs;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -100,42 +102,6 @@ fn tcp(sport: u16, payload: &[u8]) -> Vec<u8> {
     t.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
     t.extend_from_slice(payload);
     t
-}
-
-fn u16be(n: usize) -> [u8; 2] {
-    u16::try_from(n).unwrap().to_be_bytes()
-}
-
-/// A TLS ClientHello offering ALPN `h2`, in one record.
-fn client_hello() -> Vec<u8> {
-    let ext = |kind: u16, body: &[u8]| {
-        let mut e = kind.to_be_bytes().to_vec();
-        e.extend_from_slice(&u16be(body.len()));
-        e.extend_from_slice(body);
-        e
-    };
-    let mut exts = ext(
-        0,
-        &[
-            0, 14, 0, 0, 11, b'e', b'x', b'a', b'm', b'p', b'l', b'e', b'.', b'c', b'o', b'm',
-        ],
-    );
-    exts.extend_from_slice(&ext(16, &[0, 3, 2, b'h', b'2']));
-    exts.extend_from_slice(&ext(43, &[4, 0x03, 0x04, 0x03, 0x03]));
-    let mut body = vec![0x03, 0x03];
-    body.extend_from_slice(&[0x5a; 32]);
-    body.push(32);
-    body.extend_from_slice(&[0xa5; 32]);
-    body.extend_from_slice(&[0, 4, 0x13, 0x01, 0x13, 0x02, 1, 0]);
-    body.extend_from_slice(&u16be(exts.len()));
-    body.extend_from_slice(&exts);
-    let mut hs = vec![1u8];
-    hs.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes()[1..]);
-    hs.extend_from_slice(&body);
-    let mut record = vec![22, 0x03, 0x01];
-    record.extend_from_slice(&u16be(hs.len()));
-    record.extend_from_slice(&hs);
-    record
 }
 
 // ---- entries ------------------------------------------------------------------
@@ -388,7 +354,7 @@ fn main() {
     classifier
         .set_filter(cgroup, SET, ProtoFlags::default())
         .unwrap();
-    let hello = client_hello();
+    let hello = tlsmsg::client_hello(&[b"h2"]);
     let dst = Ipv4Addr::new(192, 0, 2, 10);
     let mut fresh = Vec::new();
     for sport in 1_000..1_000 + FRESH_FLOWS {

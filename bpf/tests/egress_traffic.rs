@@ -21,6 +21,8 @@
 mod cgroup;
 #[path = "common/dnsmsg.rs"]
 mod dnsmsg;
+#[path = "common/tlsmsg.rs"]
+mod tlsmsg;
 
 use std::fs;
 use std::io::{ErrorKind, Read as _, Write as _};
@@ -612,43 +614,6 @@ fn attachments_are_keyed_by_path_and_coexist() {
 
 // ---- the protocol classifier ----------------------------------------------------------
 
-fn u16be(n: usize) -> [u8; 2] {
-    u16::try_from(n).unwrap().to_be_bytes()
-}
-
-fn extension(kind: u16, body: &[u8]) -> Vec<u8> {
-    let mut e = kind.to_be_bytes().to_vec();
-    e.extend_from_slice(&u16be(body.len()));
-    e.extend_from_slice(body);
-    e
-}
-
-/// A TLS 1.3 ClientHello in one record, offering ALPN `h2`.
-fn client_hello() -> Vec<u8> {
-    let mut list = vec![2u8];
-    list.extend_from_slice(b"h2");
-    let mut alpn = u16be(list.len()).to_vec();
-    alpn.extend_from_slice(&list);
-    let mut exts = extension(16, &alpn);
-    exts.extend_from_slice(&extension(43, &[4, 0x03, 0x04, 0x03, 0x03]));
-    let mut body = vec![0x03, 0x03];
-    body.extend_from_slice(&[0x5a; 32]);
-    body.push(32);
-    body.extend_from_slice(&[0xa5; 32]);
-    body.extend_from_slice(&[0, 4, 0x13, 0x01, 0x13, 0x02]);
-    body.extend_from_slice(&[1, 0]);
-    body.extend_from_slice(&u16be(exts.len()));
-    body.extend_from_slice(&exts);
-    let mut hs = vec![1u8];
-    let len = u32::try_from(body.len()).unwrap().to_be_bytes();
-    hs.extend_from_slice(&len[1..]);
-    hs.extend_from_slice(&body);
-    let mut record = vec![22, 0x03, 0x01];
-    record.extend_from_slice(&u16be(hs.len()));
-    record.extend_from_slice(&hs);
-    record
-}
-
 /// A child in `cg` connects to `listener` and writes `payload`; returns the
 /// bytes the listener received (empty if the first segment was dropped).
 fn stream_received(cg: &TempCgroup, listener: &TcpListener, payload: &[u8]) -> Vec<u8> {
@@ -685,7 +650,7 @@ fn an_ssh_stream_is_dropped_and_tls_to_the_same_port_passes() {
 
     let ssh = b"SSH-2.0-OpenSSH_9.6 krt-test\r\n";
     assert_eq!(stream_received(&cg, &listener, ssh), b"");
-    let hello = client_hello();
+    let hello = tlsmsg::client_hello(&[b"h2"]);
     assert_eq!(stream_received(&cg, &listener, &hello), hello);
 
     let s = classifier.read_stats().unwrap();

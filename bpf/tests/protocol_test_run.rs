@@ -24,10 +24,13 @@
 
 #[path = "common/cgroup.rs"]
 mod cgroup;
+#[path = "common/tlsmsg.rs"]
+mod tlsmsg;
 
 use cgroup::{cgroup2_mount, cgroup_id, own_cgroup_dir};
 use std::fs;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use tlsmsg::{alpn_extension, client_hello, client_hello_with, extension, u16be};
 
 use kyverno_runtime_bpf::protocol::{
     Alpn, Decision, ProtoEvent, ProtoFlags, ProtoKey, ProtoStats, Protocol, ProtocolClassifier,
@@ -168,75 +171,6 @@ fn udp6(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
 
 const SSH_BANNER: &[u8] = b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n";
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-fn u16be(n: usize) -> [u8; 2] {
-    u16::try_from(n).unwrap().to_be_bytes()
-}
-
-fn extension(kind: u16, body: &[u8]) -> Vec<u8> {
-    let mut e = kind.to_be_bytes().to_vec();
-    e.extend_from_slice(&u16be(body.len()));
-    e.extend_from_slice(body);
-    e
-}
-
-fn alpn_extension(names: &[&[u8]]) -> Vec<u8> {
-    let mut list = Vec::new();
-    for n in names {
-        list.push(u8::try_from(n.len()).unwrap());
-        list.extend_from_slice(n);
-    }
-    let mut body = u16be(list.len()).to_vec();
-    body.extend_from_slice(&list);
-    extension(16, &body)
-}
-
-fn sni_extension(host: &[u8]) -> Vec<u8> {
-    let mut entry = vec![0u8]; // host_name
-    entry.extend_from_slice(&u16be(host.len()));
-    entry.extend_from_slice(host);
-    let mut body = u16be(entry.len()).to_vec();
-    body.extend_from_slice(&entry);
-    extension(0, &body)
-}
-
-/// A ClientHello in one TLS record: an SNI extension, `fillers` empty
-/// extensions (GREASE-like, type 0x0a0a + i), then ALPN offering `alpn`
-/// (no ALPN extension when `None`).
-fn client_hello_with(alpn: Option<&[&[u8]]>, fillers: usize) -> Vec<u8> {
-    let mut exts = sni_extension(b"example.com");
-    for i in 0..fillers {
-        exts.extend_from_slice(&extension(0x0a0a + u16::try_from(i).unwrap(), &[]));
-    }
-    if let Some(names) = alpn {
-        exts.extend_from_slice(&alpn_extension(names));
-    }
-    // supported_versions: TLS 1.3, TLS 1.2.
-    exts.extend_from_slice(&extension(43, &[4, 0x03, 0x04, 0x03, 0x03]));
-
-    let mut body = vec![0x03, 0x03]; // legacy_version
-    body.extend_from_slice(&[0x5a; 32]); // random
-    body.push(32);
-    body.extend_from_slice(&[0xa5; 32]); // legacy_session_id
-    body.extend_from_slice(&[0, 4, 0x13, 0x01, 0x13, 0x02]); // cipher_suites
-    body.extend_from_slice(&[1, 0]); // compression: null
-    body.extend_from_slice(&u16be(exts.len()));
-    body.extend_from_slice(&exts);
-
-    let mut hs = vec![1u8]; // client_hello
-    let len = u32::try_from(body.len()).unwrap().to_be_bytes();
-    hs.extend_from_slice(&len[1..]);
-    hs.extend_from_slice(&body);
-
-    let mut record = vec![22, 0x03, 0x01];
-    record.extend_from_slice(&u16be(hs.len()));
-    record.extend_from_slice(&hs);
-    record
-}
-
-fn client_hello(alpn: &[&[u8]]) -> Vec<u8> {
-    client_hello_with(Some(alpn), 0)
-}
 
 /// A standard query (RD set) for `name` (dotted), type A, class IN.
 fn dns_query(name: &str) -> Vec<u8> {
