@@ -12,8 +12,9 @@
 
 mod common;
 
+use common::host::HostPod;
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -98,17 +99,6 @@ fn certificates(dir: &Path) {
     }
 }
 
-/// The host's cgroup v2 mount (the unified hierarchy on a hybrid host),
-/// read with the probe's mountinfo parser.
-fn cgroup2_root() -> PathBuf {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    kyverno_runtime_compat::parse_mountinfo(&text)
-        .into_iter()
-        .find(|m| m.fs_type == "cgroup2")
-        .map(|m| m.mount_point)
-        .expect("a cgroup2 mount")
-}
-
 /// Tries a TCP connection from inside `cgroup`; true if it connected.
 fn connects_from(cgroup: &Path, addr: &str) -> bool {
     let (host, port) = addr.split_once(':').unwrap();
@@ -122,21 +112,6 @@ fn connects_from(cgroup: &Path, addr: &str) -> bool {
         .status()
         .unwrap()
         .success()
-}
-
-struct Cleanup {
-    cgroup_dirs: Vec<PathBuf>,
-    bpffs: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        // Innermost first; a cgroup with no processes left can be removed.
-        for d in self.cgroup_dirs.iter().rev() {
-            let _ = std::fs::remove_dir(d);
-        }
-        let _ = Command::new("umount").arg(&self.bpffs).status();
-    }
 }
 
 #[test]
@@ -166,90 +141,39 @@ fn a_network_deny_on_the_host_reaches_the_report_an_event_and_the_collector() {
         .spawn()
         .unwrap();
 
-    // A bpffs of the test's own for the pins.
-    let bpffs = dir.path().join("bpffs");
-    std::fs::create_dir_all(&bpffs).unwrap();
-    assert!(Command::new("mount")
-        .args(["-t", "bpf", "bpf"])
-        .arg(&bpffs)
-        .status()
-        .unwrap()
-        .success());
-
-    // The pod: its object, its container cgroup (cgroupfs, containerd),
-    // then the status a kubelet writes.
+    // The pod: its object and status, its container cgroup (cgroupfs,
+    // containerd) and a bpffs of the test's own for the pins.
     namespace(cluster, NS, "team: host");
     apply(
         cluster,
         "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: host-deny-net\nspec:\n  mode: enforce\n  podSelector: {matchLabels: {app: host-web}}\n  behaviors:\n  - network: {deny: {values: [\"127.0.0.2/32\"]}}\n",
     );
-    let _ = cluster.kubectl_output(&[
-        "delete",
-        "pod",
-        "host-web",
-        "-n",
-        NS,
-        "--grace-period=0",
-        "--force",
-    ]);
+    force_delete_pod(cluster, NS, "host-web");
     let id = "5e".repeat(32);
-    apply(
+    let uid = running_pod(
         cluster,
-        &format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: host-web\n  namespace: {NS}\n  labels: {{app: host-web}}\nspec:\n  nodeName: {NODE}\n  containers:\n  - name: main\n    image: busybox\n"),
+        NS,
+        "host-web",
+        NODE,
+        "app: host-web",
+        &format!("containerd://{id}"),
     );
-    let uid = get_json(cluster, &["pod", "host-web", "-n", NS]).unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let root = cgroup2_root();
-    let pod_dir = root.join(format!("kubepods/besteffort/pod{uid}"));
-    let container = pod_dir.join(&id);
-    let mut created = Vec::new();
-    for d in [
-        root.join("kubepods"),
-        root.join("kubepods/besteffort"),
-        pod_dir.clone(),
-        container.clone(),
-    ] {
-        if !d.exists() {
-            std::fs::create_dir(&d).unwrap();
-            created.push(d);
-        }
-    }
-    let _cleanup = Cleanup {
-        cgroup_dirs: created,
-        bpffs: bpffs.clone(),
-    };
-    let status = serde_json::json!({"status": {"phase": "Running", "qosClass": "BestEffort",
-        "containerStatuses": [{"name": "main", "ready": true, "restartCount": 0, "image": "busybox",
-            "imageID": "busybox@sha256:0", "containerID": format!("containerd://{id}"), "state": {"running": {}}}]}});
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "pod",
-            "host-web",
-            "-n",
-            NS,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &status.to_string(),
-        ])
-        .unwrap();
+    let pod = HostPod::new(dir.path(), &uid, &id);
+    let container = &pod.container;
 
     let listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
     let target = listener.local_addr().unwrap().to_string();
     let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let allowed = open.local_addr().unwrap().to_string();
     assert!(
-        connects_from(&container, &target),
+        connects_from(container, &target),
         "reachable before the daemon runs"
     );
 
     let ca = dir.path().join("ca.crt");
     let cert = dir.path().join("client.crt");
     let key = dir.path().join("client.key");
-    let pins = bpffs.join("kyverno-runtime");
+    let pins = pod.pins();
     let mut daemon = Daemon::start(
         &[
             "--metrics-addr",
@@ -279,10 +203,10 @@ fn a_network_deny_on_the_host_reaches_the_report_an_event_and_the_collector() {
     );
     daemon.wait_log("pods on this node listed", Duration::from_secs(30));
     wait_for("the deny to take effect", Duration::from_secs(30), || {
-        (!connects_from(&container, &target)).then_some(())
+        (!connects_from(container, &target)).then_some(())
     });
     assert!(
-        connects_from(&container, &allowed),
+        connects_from(container, &allowed),
         "an address no policy denies"
     );
     println!(
@@ -328,7 +252,7 @@ fn a_network_deny_on_the_host_reaches_the_report_an_event_and_the_collector() {
     println!("daemon stopped in {took:?}");
     // The pins outlive the daemon: the destination stays dropped.
     assert!(
-        !connects_from(&container, &target),
+        !connects_from(container, &target),
         "dropped with no daemon running"
     );
     let _ = Command::new("kill")
@@ -338,15 +262,7 @@ fn a_network_deny_on_the_host_reaches_the_report_an_event_and_the_collector() {
     cluster
         .kubectl_ok(&["delete", "rpol", "host-deny-net"])
         .unwrap();
-    let _ = cluster.kubectl_output(&[
-        "delete",
-        "pod",
-        "host-web",
-        "-n",
-        NS,
-        "--grace-period=0",
-        "--force",
-    ]);
+    force_delete_pod(cluster, NS, "host-web");
     drop(listener);
     drop(open);
 }
@@ -362,15 +278,6 @@ fn a_deny_list_from_a_configmap_and_an_http_server_follows_them_into_the_kernel(
     const NS: &str = "host-data";
     let cluster = cluster();
     let dir = tempdir();
-    let bpffs = dir.path().join("bpffs");
-    std::fs::create_dir_all(&bpffs).unwrap();
-    assert!(Command::new("mount")
-        .args(["-t", "bpf", "bpf"])
-        .arg(&bpffs)
-        .status()
-        .unwrap()
-        .success());
-
     // Four destinations; the data names two of them at a time.
     let listeners: Vec<std::net::TcpListener> = (3..=6)
         .map(|i| std::net::TcpListener::bind(format!("127.0.0.{i}:0")).unwrap())
@@ -402,68 +309,27 @@ spec:
             server.addr
         ),
     );
-    let _ = cluster.kubectl_output(&[
-        "delete",
-        "pod",
-        "data-web",
-        "-n",
-        NS,
-        "--grace-period=0",
-        "--force",
-    ]);
+    force_delete_pod(cluster, NS, "data-web");
     let id = "6d".repeat(32);
-    apply(
+    let uid = running_pod(
         cluster,
-        &format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: data-web\n  namespace: {NS}\n  labels: {{app: host-data}}\nspec:\n  nodeName: {NODE}\n  containers:\n  - name: main\n    image: busybox\n"),
+        NS,
+        "data-web",
+        NODE,
+        "app: host-data",
+        &format!("containerd://{id}"),
     );
-    let uid = get_json(cluster, &["pod", "data-web", "-n", NS]).unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let root = cgroup2_root();
-    let pod_dir = root.join(format!("kubepods/besteffort/pod{uid}"));
-    let container = pod_dir.join(&id);
-    let mut created = Vec::new();
-    for d in [
-        root.join("kubepods"),
-        root.join("kubepods/besteffort"),
-        pod_dir.clone(),
-        container.clone(),
-    ] {
-        if !d.exists() {
-            std::fs::create_dir(&d).unwrap();
-            created.push(d);
-        }
-    }
-    let _cleanup = Cleanup {
-        cgroup_dirs: created,
-        bpffs: bpffs.clone(),
-    };
-    let status = serde_json::json!({"status": {"phase": "Running", "qosClass": "BestEffort",
-        "containerStatuses": [{"name": "main", "ready": true, "restartCount": 0, "image": "busybox",
-            "imageID": "busybox@sha256:0", "containerID": format!("containerd://{id}"), "state": {"running": {}}}]}});
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "pod",
-            "data-web",
-            "-n",
-            NS,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &status.to_string(),
-        ])
-        .unwrap();
+    let pod = HostPod::new(dir.path(), &uid, &id);
+    let container = &pod.container;
     for i in 3..=6 {
         assert!(
-            connects_from(&container, &addr(i)),
+            connects_from(container, &addr(i)),
             "{} reachable before the daemon runs",
             addr(i)
         );
     }
 
-    let pins = bpffs.join("kyverno-runtime");
+    let pins = pod.pins();
     let mut daemon = Daemon::start(
         &[
             "--metrics-addr",
@@ -489,7 +355,7 @@ spec:
         "the ConfigMap's and the server's destinations dropped",
         Duration::from_secs(30),
         || {
-            let r = reachable(&container);
+            let r = reachable(container);
             (r == [false, true, false, true]).then_some(r)
         },
     );
@@ -503,7 +369,7 @@ spec:
         "the drops to follow the data",
         Duration::from_secs(20),
         || {
-            let r = reachable(&container);
+            let r = reachable(container);
             (r == [true, false, true, false]).then_some(r)
         },
     );
@@ -527,13 +393,5 @@ spec:
     cluster
         .kubectl_ok(&["delete", "rpol", "host-data-net"])
         .unwrap();
-    let _ = cluster.kubectl_output(&[
-        "delete",
-        "pod",
-        "data-web",
-        "-n",
-        NS,
-        "--grace-period=0",
-        "--force",
-    ]);
+    force_delete_pod(cluster, NS, "data-web");
 }

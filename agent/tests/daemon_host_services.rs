@@ -24,42 +24,18 @@ mod common;
 #[path = "../../bpf/tests/common/dnsmsg.rs"]
 mod dnsmsg;
 
+use common::host::HostPod;
 use common::*;
 use kyverno_runtime_bpf::egress::{EgressFilter, Prefix};
 use std::collections::BTreeSet;
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 const NODE: &str = "host-services-node";
 const NS: &str = "svc-names";
-
-fn cgroup2_root() -> PathBuf {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    kyverno_runtime_compat::parse_mountinfo(&text)
-        .into_iter()
-        .find(|m| m.fs_type == "cgroup2")
-        .map(|m| m.mount_point)
-        .expect("a cgroup2 mount")
-}
-
-struct Cleanup {
-    cgroup_dirs: Vec<PathBuf>,
-    bpffs: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        // Unmounting the bpffs drops every pin: the links detach.
-        let _ = Command::new("umount").arg(&self.bpffs).status();
-        for d in self.cgroup_dirs.iter().rev() {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-}
 
 /// The allow prefixes and domains of `cgroup`'s set, as pinned now.
 fn pinned_allow(pins: &Path, cgroup: u64) -> Option<(BTreeSet<String>, BTreeSet<String>)> {
@@ -100,15 +76,6 @@ fn slice_manifest(name: &str, kind: &str, addresses: &[&str]) -> String {
 fn a_service_name_follows_the_service_and_its_endpoint_slices() {
     let cluster = cluster();
     let dir = tempdir();
-    let bpffs = dir.path().join("bpffs");
-    std::fs::create_dir_all(&bpffs).unwrap();
-    assert!(Command::new("mount")
-        .args(["-t", "bpf", "bpf"])
-        .arg(&bpffs)
-        .status()
-        .unwrap()
-        .success());
-
     namespace(cluster, NS, "team: svc");
     for kind in ["service", "endpointslice"] {
         let _ = cluster.kubectl_output(&["delete", kind, "--all", "-n", NS]);
@@ -117,15 +84,7 @@ fn a_service_name_follows_the_service_and_its_endpoint_slices() {
         cluster,
         &format!("apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: svc-allow\nspec:\n  mode: enforce\n  podSelector: {{matchLabels: {{app: svc-web}}}}\n  behaviors:\n  - network:\n      allow: {{values: [\"api.{NS}.svc\", \"allowed.test\"]}}\n      deny: {{values: [\"*\"]}}\n"),
     );
-    let _ = cluster.kubectl_output(&[
-        "delete",
-        "pod",
-        "svc-web",
-        "-n",
-        NS,
-        "--grace-period=0",
-        "--force",
-    ]);
+    force_delete_pod(cluster, NS, "svc-web");
     let id = "5f".repeat(32);
     let uid = running_pod(
         cluster,
@@ -135,28 +94,10 @@ fn a_service_name_follows_the_service_and_its_endpoint_slices() {
         "app: svc-web",
         &format!("containerd://{id}"),
     );
-    let root = cgroup2_root();
-    let pod_dir = root.join(format!("kubepods/besteffort/pod{uid}"));
-    let container = pod_dir.join(&id);
-    let mut created = Vec::new();
-    for d in [
-        root.join("kubepods"),
-        root.join("kubepods/besteffort"),
-        pod_dir.clone(),
-        container.clone(),
-    ] {
-        if !d.exists() {
-            std::fs::create_dir(&d).unwrap();
-            created.push(d);
-        }
-    }
-    let _cleanup = Cleanup {
-        cgroup_dirs: created,
-        bpffs: bpffs.clone(),
-    };
-    let cgroup = std::fs::metadata(&container).unwrap().ino();
+    let pod = HostPod::new(dir.path(), &uid, &id);
+    let cgroup = pod.cgroup_id();
 
-    let pins = bpffs.join("kyverno-runtime");
+    let pins = pod.pins();
     let egress_pins = pins.join("egress");
     let mut daemon = Daemon::start(
         &[
@@ -280,15 +221,7 @@ fn a_service_name_follows_the_service_and_its_endpoint_slices() {
         let _ = cluster.kubectl_output(&["delete", kind, "--all", "-n", NS]);
     }
     let _ = cluster.kubectl_output(&["delete", "rpol", "svc-allow"]);
-    let _ = cluster.kubectl_output(&[
-        "delete",
-        "pod",
-        "svc-web",
-        "-n",
-        NS,
-        "--grace-period=0",
-        "--force",
-    ]);
+    force_delete_pod(cluster, NS, "svc-web");
 }
 
 // ---- a domain on the daemon ------------------------------------------------------------
@@ -447,28 +380,12 @@ fn series(text: &str, parts: &[&str]) -> Option<u64> {
 fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
     let cluster = cluster();
     let dir = tempdir();
-    let bpffs = dir.path().join("bpffs");
-    std::fs::create_dir_all(&bpffs).unwrap();
-    assert!(Command::new("mount")
-        .args(["-t", "bpf", "bpf"])
-        .arg(&bpffs)
-        .status()
-        .unwrap()
-        .success());
     namespace(cluster, DNS_NS, "team: dns");
     apply(
         cluster,
         "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: dns-allow\nspec:\n  mode: enforce\n  podSelector: {matchLabels: {app: dns-web}}\n  behaviors:\n  - network:\n      allow: {values: [\"allowed.test\", \"127.0.4.53\"]}\n      deny: {values: [\"*\"]}\n",
     );
-    let _ = cluster.kubectl_output(&[
-        "delete",
-        "pod",
-        "dns-web",
-        "-n",
-        DNS_NS,
-        "--grace-period=0",
-        "--force",
-    ]);
+    force_delete_pod(cluster, DNS_NS, "dns-web");
     let id = "6a".repeat(32);
     let uid = running_pod(
         cluster,
@@ -478,25 +395,8 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
         "app: dns-web",
         &format!("containerd://{id}"),
     );
-    let root = cgroup2_root();
-    let pod_dir = root.join(format!("kubepods/besteffort/pod{uid}"));
-    let container = pod_dir.join(&id);
-    let mut created = Vec::new();
-    for d in [
-        root.join("kubepods"),
-        root.join("kubepods/besteffort"),
-        pod_dir.clone(),
-        container.clone(),
-    ] {
-        if !d.exists() {
-            std::fs::create_dir(&d).unwrap();
-            created.push(d);
-        }
-    }
-    let _cleanup = Cleanup {
-        cgroup_dirs: created,
-        bpffs: bpffs.clone(),
-    };
+    let pod = HostPod::new(dir.path(), &uid, &id);
+    let container = &pod.container;
 
     let allowed = Ipv4Addr::new(127, 0, 0, 30);
     let other = Ipv4Addr::new(127, 0, 0, 31);
@@ -510,7 +410,7 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
         .unwrap()
         .port();
     let metrics = SocketAddr::from(([127, 0, 0, 1], metrics_port));
-    let pins = bpffs.join("kyverno-runtime");
+    let pins = pod.pins();
     let mut daemon = Daemon::start(
         &[
             "--metrics-addr",
@@ -529,7 +429,7 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
         ],
     );
     daemon.wait_log("pods on this node listed", Duration::from_secs(30));
-    let cgroup = std::fs::metadata(&container).unwrap().ino();
+    let cgroup = pod.cgroup_id();
     wait_for(
         "the pod's set naming the domain",
         Duration::from_secs(20),
@@ -537,11 +437,11 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
     );
 
     assert!(
-        resolves_and_connects(&container, resolver_addr, "allowed.test", allowed),
+        resolves_and_connects(container, resolver_addr, "allowed.test", allowed),
         "the pod's own answer for allowed.test opens its address"
     );
     assert!(
-        !resolves_and_connects(&container, resolver_addr, "other.test", other),
+        !resolves_and_connects(container, resolver_addr, "other.test", other),
         "an address answered for another name stays dropped"
     );
     let text = wait_for(
@@ -589,13 +489,5 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
     let (status, _, log) = daemon.terminate(Duration::from_secs(15));
     assert!(status.success(), "{}", log.join("\n"));
     let _ = cluster.kubectl_output(&["delete", "rpol", "dns-allow"]);
-    let _ = cluster.kubectl_output(&[
-        "delete",
-        "pod",
-        "dns-web",
-        "-n",
-        DNS_NS,
-        "--grace-period=0",
-        "--force",
-    ]);
+    force_delete_pod(cluster, DNS_NS, "dns-web");
 }

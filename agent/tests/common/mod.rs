@@ -10,6 +10,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod host;
+
 /// The local control plane, with every CRD the chart ships applied.
 pub fn cluster() -> &'static LocalCluster {
     let cluster = LocalCluster::get().expect("local control plane (ci/kube-up)");
@@ -138,6 +140,20 @@ pub fn running_pod(
         .as_str()
         .unwrap()
         .to_string()
+}
+
+/// Deletes pod `name` at once if a previous run left it (no kubelet here
+/// finishes a graceful deletion).
+pub fn force_delete_pod(cluster: &LocalCluster, namespace: &str, name: &str) {
+    let _ = cluster.kubectl_output(&[
+        "delete",
+        "pod",
+        name,
+        "-n",
+        namespace,
+        "--grace-period=0",
+        "--force",
+    ]);
 }
 
 /// The daemon as a child process, its stderr collected line by line.
