@@ -1,8 +1,12 @@
 //! Booting one guest under qemu and reading back what happened.
 //!
 //! Each boot is bounded: qemu runs with `-no-reboot` and `panic=-1`, so a
-//! guest that reboots, powers off or panics makes qemu exit at once, and a
-//! hard per-boot timeout kills qemu when the guest hangs. What the guest
+//! guest that reboots, powers off or panics makes qemu exit at once;
+//! `softlockup_panic=1` turns a CPU stuck in the kernel for 20 s (seen once
+//! under TCG: a 5.10 guest's ksoftirqd spinning for good) into such a
+//! panic, with its trace on the console, instead of a wait for the
+//! per-boot timeout; and that hard timeout kills qemu when the guest hangs
+//! any other way. What the guest
 //! printed is then classified by [`classify`] into an outcome or a typed
 //! error (timeout, kernel panic, setup failure, no sentinel).
 
@@ -107,7 +111,10 @@ pub fn lsm_list_has_bpf(list: &str) -> bool {
 
 /// The kernel command line for a mode.
 pub fn kernel_cmdline(lsm: LsmMode) -> String {
-    format!("console=ttyS0 panic=-1 lsm={} quiet", lsm.lsm_list())
+    format!(
+        "console=ttyS0 panic=-1 softlockup_panic=1 lsm={} quiet",
+        lsm.lsm_list()
+    )
 }
 
 /// The address in the guest's network behind which the host forwards sit:
@@ -761,11 +768,11 @@ VMTEST-n1 EXIT 3 END\r
     fn cmdline_per_mode() {
         assert_eq!(
             kernel_cmdline(LsmMode::Bpf),
-            "console=ttyS0 panic=-1 lsm=lockdown,capability,landlock,yama,apparmor,bpf quiet"
+            "console=ttyS0 panic=-1 softlockup_panic=1 lsm=lockdown,capability,landlock,yama,apparmor,bpf quiet"
         );
         assert_eq!(
             kernel_cmdline(LsmMode::NoBpf),
-            "console=ttyS0 panic=-1 lsm=lockdown,capability,landlock,yama quiet"
+            "console=ttyS0 panic=-1 softlockup_panic=1 lsm=lockdown,capability,landlock,yama quiet"
         );
         assert!(!lsm_list_has_bpf(LsmMode::NoBpf.lsm_list()));
         assert!(lsm_list_has_bpf(LsmMode::Bpf.lsm_list()));
