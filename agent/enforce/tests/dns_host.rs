@@ -15,10 +15,9 @@
 
 mod common;
 
-use common::TempCgroup;
+use common::{join_cgroup, TempCgroup};
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::Path;
@@ -55,11 +54,7 @@ fn query_child() {
     };
     let (dir, rest) = spec.split_once('\t').unwrap();
     let (addr, name) = rest.split_once('\t').unwrap();
-    fs::write(
-        Path::new(dir).join("cgroup.procs"),
-        std::process::id().to_string(),
-    )
-    .unwrap();
+    join_cgroup(Path::new(dir));
     let addr: SocketAddr = addr.parse().unwrap();
     let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let code = match s.send_to(&dns_query(name), addr) {

@@ -18,10 +18,9 @@ mod common;
 #[path = "../../../bpf/tests/common/tlsmsg.rs"]
 mod tlsmsg;
 
-use common::TempCgroup;
+use common::{join_cgroup, TempCgroup};
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -64,11 +63,7 @@ fn stream_child() {
         parts.next().unwrap(),
         unhex(parts.next().unwrap_or("")),
     );
-    fs::write(
-        Path::new(dir).join("cgroup.procs"),
-        std::process::id().to_string(),
-    )
-    .unwrap();
+    join_cgroup(Path::new(dir));
     let addr: SocketAddr = addr.parse().unwrap();
     let code = match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
         Ok(mut s) => {

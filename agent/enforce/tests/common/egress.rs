@@ -1,14 +1,13 @@
 //! The network manager's host tests: policies, a pod of one container
 //! cgroup, and a child process that connects from a cgroup.
 
-use super::TempCgroup;
+use super::{join_cgroup, TempCgroup};
 use kyverno_runtime_enforce::egress::{ContainerCgroup, NetworkPod, NetworkPolicy};
 use kyverno_runtime_enforce::openexec::{BehaviorLists, Mode};
 use kyverno_runtime_enforce::PolicyId;
 use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_policy::values::FieldPath;
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -30,11 +29,7 @@ pub fn connect_child() {
         return;
     };
     let (dir, addr) = spec.split_once('\t').unwrap();
-    fs::write(
-        Path::new(dir).join("cgroup.procs"),
-        std::process::id().to_string(),
-    )
-    .unwrap();
+    join_cgroup(Path::new(dir));
     let addr: SocketAddr = addr.parse().unwrap();
     let code = match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
         Ok(_) => 0,

@@ -6,7 +6,7 @@ pub mod egress;
 
 use std::fs;
 use std::os::unix::fs::MetadataExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The cgroup v2 mount (the unified hierarchy on a hybrid host), read with
@@ -18,6 +18,12 @@ pub fn cgroup2_mount() -> PathBuf {
         .find(|m| m.fs_type == "cgroup2")
         .map(|m| m.mount_point)
         .expect("no cgroup2 mount in /proc/self/mountinfo")
+}
+
+/// Moves this process into cgroup `dir`: a child's first act, so the
+/// sockets it opens belong to the cgroup under test.
+pub fn join_cgroup(dir: &Path) {
+    fs::write(dir.join("cgroup.procs"), std::process::id().to_string()).unwrap();
 }
 
 /// A cgroup under the cgroup v2 mount, removed on drop.
