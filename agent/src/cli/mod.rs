@@ -3,6 +3,7 @@
 pub mod cleanup;
 mod collector;
 mod crd;
+pub mod input;
 mod policy;
 mod policy_test;
 mod probe;

@@ -82,8 +82,7 @@ fn check(files: &[PathBuf], data: Option<&std::path::Path>) -> anyhow::Result<Ex
     let data = match data {
         None => DataSet::new(),
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
+            let text = super::input::read_text(path)?;
             let file: DataFile = serde_yaml::from_str(&text)
                 .with_context(|| format!("{}: not a data file", path.display()))?;
             DataSet::from(&file)
@@ -93,11 +92,7 @@ fn check(files: &[PathBuf], data: Option<&std::path::Path>) -> anyhow::Result<Ex
     let mut checked = 0usize;
     let mut needing_data = 0usize;
     for file in files {
-        let text = if file.as_os_str() == "-" {
-            std::io::read_to_string(std::io::stdin()).context("reading stdin")?
-        } else {
-            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
-        };
+        let text = super::input::read_text(file)?;
         for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
             let value = match serde_yaml::Value::deserialize(doc) {
                 Ok(serde_yaml::Value::Null) => continue,

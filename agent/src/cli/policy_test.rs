@@ -226,7 +226,7 @@ fn find_tests(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 fn run_test_file(file: &Path) -> (String, usize, usize) {
     let mut out = String::new();
     let dir = file.parent().unwrap_or(Path::new("."));
-    let test: TestFile = match std::fs::read_to_string(file)
+    let test: TestFile = match super::input::read_text(file)
         .map_err(anyhow::Error::from)
         .and_then(|t| serde_yaml::from_str(&t).map_err(anyhow::Error::from))
     {
@@ -370,7 +370,7 @@ fn load(test: &TestFile, dir: &Path) -> Result<LoadedTest, Vec<String>> {
 /// Every RuntimePolicy in a YAML file (several documents).
 pub(crate) fn read_policies(path: &Path) -> anyhow::Result<Vec<RuntimePolicy>> {
     use serde::Deserialize as _;
-    let text = std::fs::read_to_string(path).context("reading")?;
+    let text = super::input::read_text(path)?;
     let mut out = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
         let value = serde_yaml::Value::deserialize(doc)
@@ -448,10 +448,10 @@ fn run_case(test: &LoadedTest, case: &TestCase, dir: &Path) -> CaseOutcome {
         }
     }
     let path = dir.join(&case.events);
-    let text = match std::fs::read_to_string(&path) {
+    let text = match super::input::read_text(&path) {
         Ok(t) => t,
         Err(e) => {
-            outcome.differences.push(format!("{}: {e}", path.display()));
+            outcome.differences.push(e.to_string());
             return outcome;
         }
     };

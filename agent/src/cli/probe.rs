@@ -36,8 +36,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     };
     let measurements = match &args.from {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
+            let text = super::input::read_text(path)?;
             let m: Measurements = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not probe JSON", path.display()))?;
             m

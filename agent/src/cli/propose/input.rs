@@ -158,11 +158,7 @@ pub fn report_findings(report: &Report) -> (Vec<Found>, usize) {
 }
 
 fn read_input(path: &Path) -> anyhow::Result<String> {
-    if path.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("reading stdin")
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
-    }
+    Ok(crate::cli::input::read_text(path)?)
 }
 
 /// The Reports of a YAML or JSON file: Report objects, several documents,

@@ -1,0 +1,140 @@
+//! Reading the files and standard input a subcommand is given, bounded.
+//!
+//! Every file a person or a script hands the CLI (policies, `--data`,
+//! recorded events, Reports, collector lines) goes through [`read_text`]:
+//! at most [`MAX_INPUT_BYTES`] are read, so `/dev/zero`, a FIFO that never
+//! ends or a mistaken multi-gigabyte file fails at once with a clear
+//! message instead of filling memory, and the bytes must be UTF-8.
+
+use std::io::Read;
+use std::path::Path;
+
+/// The most bytes one input may hold: 16 MiB, far above any policy, event
+/// recording or Report a person writes (a 5,000-entry network list is
+/// about 100 KiB), small enough to hold in memory several times over.
+pub const MAX_INPUT_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Why an input could not be read. Its display names the input (a path,
+/// or "standard input") and never quotes the content.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    /// Opening or reading failed.
+    #[error("{name}: {source}")]
+    Io {
+        /// The input's name.
+        name: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// More than the bound: not read to its end.
+    #[error(
+        "{name}: larger than {limit} bytes (the limit for one input); nothing was read past it"
+    )]
+    TooLarge {
+        /// The input's name.
+        name: String,
+        /// The bound that was passed.
+        limit: u64,
+    },
+    /// Not UTF-8 text.
+    #[error("{name}: not UTF-8 text (invalid byte at offset {offset})")]
+    NotText {
+        /// The input's name.
+        name: String,
+        /// The offset of the first byte that is not UTF-8.
+        offset: usize,
+    },
+}
+
+/// The name an input is shown under: `-` is standard input.
+pub fn input_name(path: &Path) -> String {
+    if path == Path::new("-") {
+        "standard input".to_owned()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// Reads `path` (`-`: standard input) as UTF-8 text of at most
+/// [`MAX_INPUT_BYTES`].
+pub fn read_text(path: &Path) -> Result<String, InputError> {
+    read_text_bounded(path, MAX_INPUT_BYTES)
+}
+
+/// [`read_text`] with another bound (tests).
+pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, InputError> {
+    let name = input_name(path);
+    let io = |source| InputError::Io {
+        name: name.clone(),
+        source,
+    };
+    let bytes = if path == Path::new("-") {
+        read_at_most(std::io::stdin().lock(), limit).map_err(io)?
+    } else {
+        read_at_most(std::fs::File::open(path).map_err(io)?, limit).map_err(io)?
+    };
+    let Some(bytes) = bytes else {
+        return Err(InputError::TooLarge { name, limit });
+    };
+    String::from_utf8(bytes).map_err(|e| InputError::NotText {
+        name,
+        offset: e.utf8_error().valid_up_to(),
+    })
+}
+
+/// Reads at most `limit` bytes; `None` when there were more.
+fn read_at_most(reader: impl Read, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    reader
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endless_input_fails_at_the_bound() {
+        // /dev/zero never ends: the read stops one byte past the bound.
+        let err = read_text_bounded(Path::new("/dev/zero"), 4096)
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("/dev/zero: larger than 4096 bytes (the limit for one input); nothing was read past it")
+        );
+    }
+
+    #[test]
+    fn text_at_the_bound_is_read_and_bytes_that_are_not_utf8_are_named() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let file = dir.path().join("p.yaml");
+        std::fs::write(&file, "abcd").unwrap_or_else(|e| panic!("write: {e}"));
+        assert_eq!(read_text_bounded(&file, 4).ok().as_deref(), Some("abcd"));
+        assert!(matches!(
+            read_text_bounded(&file, 3),
+            Err(InputError::TooLarge { limit: 3, .. })
+        ));
+        std::fs::write(&file, b"ok\xff secret").unwrap_or_else(|e| panic!("write: {e}"));
+        let err = read_text(&file)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.ends_with("not UTF-8 text (invalid byte at offset 2)"),
+            "{err}"
+        );
+        assert!(!err.contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_file_names_the_path() {
+        let err = read_text(Path::new("/nonexistent/krt-input"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.starts_with("/nonexistent/krt-input: "), "{err}");
+    }
+}
