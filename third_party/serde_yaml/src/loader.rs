@@ -6,6 +6,11 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// Deepest nesting of collections a document may have: the deserializer's
+/// own recursion limit (`remaining_depth: 128` in de.rs), so nothing it
+/// would accept is refused here.
+pub(crate) const MAX_DEPTH: usize = 128;
+
 pub(crate) struct Loader<'input> {
     parser: Option<Parser<'input>>,
     document_count: usize,
@@ -50,6 +55,8 @@ impl<'input> Loader<'input> {
         self.document_count += 1;
 
         let mut anchors = BTreeMap::new();
+        // Collections open at this point of the document (PATCHES.md, 2).
+        let mut depth = 0usize;
         let mut document = Document {
             events: Vec::new(),
             error: None,
@@ -60,6 +67,10 @@ impl<'input> Loader<'input> {
             let (event, mark) = match parser.next() {
                 Ok((event, mark)) => (event, mark),
                 Err(err) => {
+                    // libyaml cannot resume after an error and reports it
+                    // again on every call: end the stream here, as
+                    // StreamEnd does (PATCHES.md, 1).
+                    self.parser = None;
                     document.error = Some(Error::from(err).shared());
                     return Some(document);
                 }
@@ -113,6 +124,20 @@ impl<'input> Loader<'input> {
                 }
                 YamlEvent::MappingEnd => Event::MappingEnd,
             };
+            match event {
+                Event::SequenceStart(_) | Event::MappingStart(_) => depth += 1,
+                Event::SequenceEnd | Event::MappingEnd => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            if depth > MAX_DEPTH {
+                // Deeper than any deserializer accepts: stop reading before
+                // the scanner's quadratic work on deep flow nesting starts
+                // to matter (PATCHES.md, 2).
+                self.parser = None;
+                document.error =
+                    Some(error::new(ErrorImpl::RecursionLimitExceeded(mark)).shared());
+                return Some(document);
+            }
             document.events.push((event, mark));
         }
     }

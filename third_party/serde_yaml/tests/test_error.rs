@@ -498,3 +498,31 @@ fn test_duplicate_keys() {
     let expected = "duplicate entry in YAML map at line 2 column 1";
     test_error::<Value>(yaml, expected);
 }
+
+// PATCHES.md, 1: the iterator yields a syntax error once and ends.
+#[test]
+fn test_error_ends_iteration() {
+    for yaml in ["a: {b", "a: b\u{0}c", "---\na: 1\n---\nb: [\n"] {
+        let documents: Vec<_> = serde_yaml::Deserializer::from_str(yaml)
+            .take(10)
+            .map(|document| Value::deserialize(document).is_ok())
+            .collect();
+        assert_eq!(documents.last(), Some(&false), "{:?}", yaml);
+        assert!(documents.len() <= 2, "{:?}: {:?}", yaml, documents);
+    }
+}
+
+// PATCHES.md, 2: deep flow nesting is refused as it is read, at the
+// deserializer's own limit, in linear time.
+#[test]
+fn test_deep_flow_nesting_is_refused_early() {
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let started = std::time::Instant::now();
+    let err = serde_yaml::from_str::<Value>(&deep).unwrap_err();
+    assert!(err.to_string().starts_with("recursion limit exceeded"), "{}", err);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let fits = format!("{}{}", "[".repeat(128), "]".repeat(128));
+    assert!(serde_yaml::from_str::<Value>(&fits).is_ok());
+    let over = format!("{}{}", "[".repeat(129), "]".repeat(129));
+    assert!(serde_yaml::from_str::<Value>(&over).is_err());
+}
