@@ -2,12 +2,14 @@
 
 pub mod cleanup;
 mod collector;
+mod chart_policy;
 mod crd;
 pub mod input;
 mod policy;
 mod policy_test;
 mod probe;
 mod propose;
+mod yaml_docs;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
