@@ -13,7 +13,8 @@
 use kyverno_runtime_policy::admission::{Admission, AdmissionPolicy, SetupError};
 
 /// The template, as committed.
-const TEMPLATE: &str = include_str!("../../../charts/kyverno-runtime/templates/admission-policy.yaml");
+const TEMPLATE: &str =
+    include_str!("../../../charts/kyverno-runtime/templates/admission-policy.yaml");
 
 /// The template without its Helm actions.
 fn render(template: &str) -> String {
@@ -47,8 +48,9 @@ pub(crate) fn policies(crd: &Admission) -> Result<Vec<AdmissionPolicy>, SetupErr
     let rendered = render(TEMPLATE);
     let mut out = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&rendered) {
-        let value = serde::Deserialize::deserialize(doc)
-            .map_err(|e: serde_yaml::Error| SetupError::Policy(format!("the chart's template: {e}")))?;
+        let value = serde::Deserialize::deserialize(doc).map_err(|e: serde_yaml::Error| {
+            SetupError::Policy(format!("the chart's template: {e}"))
+        })?;
         let json: serde_json::Value = serde_json::to_value::<serde_yaml::Value>(value)
             .map_err(|e| SetupError::Policy(format!("the chart's template: {e}")))?;
         if json.get("kind").and_then(|k| k.as_str()) == Some("ValidatingAdmissionPolicy") {

@@ -1,8 +1,8 @@
 //! Command-line interface: global flags and one module per subcommand.
 
+mod chart_policy;
 pub mod cleanup;
 mod collector;
-mod chart_policy;
 mod crd;
 pub mod input;
 mod policy;

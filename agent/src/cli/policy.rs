@@ -240,10 +240,10 @@ fn check_document_in(
         }
     }
     let spec = match (&review.object, review.blocked()) {
-        (Some(object), false) => {
-            serde_json::from_value::<RuntimePolicySpec>(object.get("spec").cloned().unwrap_or_default())
-                .map_err(|e| e.to_string())
-        }
+        (Some(object), false) => serde_json::from_value::<RuntimePolicySpec>(
+            object.get("spec").cloned().unwrap_or_default(),
+        )
+        .map_err(|e| e.to_string()),
         _ => Err(String::new()),
     };
     let spec = match spec {

@@ -185,7 +185,11 @@ mod tests {
         // value is then whatever the schema makes of it.
         let docs = documents("a: b\u{feff}\n");
         assert_eq!(
-            docs[0].as_ref().ok().and_then(|v| v.get("a")).and_then(|v| v.as_str()),
+            docs[0]
+                .as_ref()
+                .ok()
+                .and_then(|v| v.get("a"))
+                .and_then(|v| v.as_str()),
             Some("b\u{feff}")
         );
     }

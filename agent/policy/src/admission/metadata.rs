@@ -59,9 +59,7 @@ static OBJECT_META: LazyLock<Result<Schema, SetupError>> =
 pub(crate) fn decode(metadata: &mut Json, unknown: &mut Vec<String>) -> Vec<FieldError> {
     let schema = match &*OBJECT_META {
         Ok(s) => s,
-        Err(e) => {
-            return vec![FieldPath::of(&["metadata"]).error(ErrorKind::Decode(e.to_string()))]
-        }
+        Err(e) => return vec![FieldPath::of(&["metadata"]).error(ErrorKind::Decode(e.to_string()))],
     };
     let mut path = FieldPath::of(&["metadata"]);
     if !(metadata.is_object() || metadata.is_null()) {
@@ -101,7 +99,10 @@ pub(crate) fn validate(meta: &Json) -> Vec<FieldError> {
     let mut name = text(meta, "name").to_owned();
     if !generate.is_empty() {
         for msg in dns1123_subdomain(&mask_trailing_dash(generate)) {
-            errs.push(at.child("generateName").invalid(Some(Json::String(generate.into())), msg));
+            errs.push(
+                at.child("generateName")
+                    .invalid(Some(Json::String(generate.into())), msg),
+            );
         }
         if name.is_empty() {
             // What the server's name generator makes of it (a base of at
@@ -115,17 +116,26 @@ pub(crate) fn validate(meta: &Json) -> Vec<FieldError> {
         )));
     } else {
         for msg in dns1123_subdomain(&name) {
-            errs.push(at.child("name").invalid(Some(Json::String(name.clone())), msg));
+            errs.push(
+                at.child("name")
+                    .invalid(Some(Json::String(name.clone())), msg),
+            );
         }
     }
     if let Some(labels) = meta.get("labels").and_then(Json::as_object) {
         for (k, v) in labels {
             for msg in qualified_name(k) {
-                errs.push(at.child("labels").invalid(Some(Json::String(k.clone())), msg));
+                errs.push(
+                    at.child("labels")
+                        .invalid(Some(Json::String(k.clone())), msg),
+                );
             }
             let v = v.as_str().unwrap_or("");
             for msg in label_value(v) {
-                errs.push(at.child("labels").invalid(Some(Json::String(v.into())), msg));
+                errs.push(
+                    at.child("labels")
+                        .invalid(Some(Json::String(v.into())), msg),
+                );
             }
         }
     }
@@ -133,7 +143,10 @@ pub(crate) fn validate(meta: &Json) -> Vec<FieldError> {
         let mut size = 0usize;
         for (k, v) in annotations {
             for msg in qualified_name(&k.to_lowercase()) {
-                errs.push(at.child("annotations").invalid(Some(Json::String(k.clone())), msg));
+                errs.push(
+                    at.child("annotations")
+                        .invalid(Some(Json::String(k.clone())), msg),
+                );
             }
             size = size
                 .saturating_add(k.len())
@@ -148,7 +161,10 @@ pub(crate) fn validate(meta: &Json) -> Vec<FieldError> {
     if let Some(finalizers) = meta.get("finalizers").and_then(Json::as_array) {
         for f in finalizers.iter().filter_map(Json::as_str) {
             for msg in qualified_name(f) {
-                errs.push(at.child("finalizers").invalid(Some(Json::String(f.into())), msg));
+                errs.push(
+                    at.child("finalizers")
+                        .invalid(Some(Json::String(f.into())), msg),
+                );
             }
         }
     }
@@ -159,7 +175,10 @@ pub(crate) fn validate(meta: &Json) -> Vec<FieldError> {
             p.push_index(i);
             for field in ["apiVersion", "kind", "name", "uid"] {
                 if text(o, field).is_empty() {
-                    errs.push(p.child(field).error(ErrorKind::Required("must not be empty".into())));
+                    errs.push(
+                        p.child(field)
+                            .error(ErrorKind::Required("must not be empty".into())),
+                    );
                 }
             }
             if o.get("controller").and_then(Json::as_bool) == Some(true) {

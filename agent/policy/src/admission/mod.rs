@@ -333,7 +333,10 @@ impl Admission {
         }
         let mut object = object.clone();
         // 2 first: the type decides which schema decodes the object.
-        let api_version = object.get("apiVersion").and_then(Json::as_str).unwrap_or("");
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Json::as_str)
+            .unwrap_or("");
         let kind = object.get("kind").and_then(Json::as_str).unwrap_or("");
         let version = self
             .versions
@@ -400,14 +403,26 @@ impl Admission {
             errors.push(root.error(ErrorKind::RulesNotChecked));
         } else {
             let mut budget = rules::object_budget();
-            validate_rules(&object, &version.schema, &mut FieldPath::root(), &mut budget, errors);
+            validate_rules(
+                &object,
+                &version.schema,
+                &mut FieldPath::root(),
+                &mut budget,
+                errors,
+            );
         }
         // 6. The server admits only what passed 1 to 5; the policies are
         // still evaluated here when nothing blocked, so that their errors
         // show with the others.
         if !review.blocked() {
             for p in &self.policies {
-                if let Some(e) = p.review(&object, &version.schema, &self.group, &version.name, &self.plural) {
+                if let Some(e) = p.review(
+                    &object,
+                    &version.schema,
+                    &self.group,
+                    &version.name,
+                    &self.plural,
+                ) {
                     review.errors.push(e);
                 }
             }
@@ -435,7 +450,11 @@ fn validate_rules(
             let at = match rule.field_path.as_deref() {
                 Some(fp) => {
                     let mut p = path.clone();
-                    for k in fp.trim_start_matches('.').split('.').filter(|k| !k.is_empty()) {
+                    for k in fp
+                        .trim_start_matches('.')
+                        .split('.')
+                        .filter(|k| !k.is_empty())
+                    {
                         p.push_key(k);
                     }
                     p

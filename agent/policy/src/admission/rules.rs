@@ -156,8 +156,27 @@ fn run(program: &Program, this: &Value, budget: &mut Budget) -> Result<Value, Ev
 
 /// The CEL reserved words a property name cannot be used as unescaped.
 const RESERVED: &[&str] = &[
-    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for", "function",
-    "if", "import", "let", "loop", "package", "namespace", "return", "var", "void", "while",
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
 ];
 
 /// A property name as CEL sees it (`Escape` of k8s.io/apiserver/pkg/cel):
@@ -204,7 +223,10 @@ pub(crate) fn to_cel(v: &Json, s: Option<&Schema>) -> Value {
                 || s.is_none_or(|s| s.ty.is_none());
             match (integer, n.as_i64()) {
                 (true, Some(i)) => Value::Int(i),
-                (true, None) if n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.2e18) => {
+                (true, None)
+                    if n.as_f64()
+                        .is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.2e18) =>
+                {
                     Value::Int(n.as_f64().map(|f| f as i64).unwrap_or_default())
                 }
                 _ => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
@@ -255,7 +277,10 @@ mod tests {
     fn property_names_are_escaped_as_the_api_server_does() {
         assert_eq!(escape("podSelector").as_deref(), Some("podSelector"));
         assert_eq!(escape("namespace").as_deref(), Some("__namespace__"));
-        assert_eq!(escape("a-b.c/d").as_deref(), Some("a__dash__b__dot__c__slash__d"));
+        assert_eq!(
+            escape("a-b.c/d").as_deref(),
+            Some("a__dash__b__dot__c__slash__d")
+        );
         assert_eq!(escape("x__y").as_deref(), Some("x__underscores__y"));
         assert_eq!(escape("1a"), None);
         assert_eq!(escape("a b"), None);

@@ -86,7 +86,8 @@ impl Schema {
         let string = |k: &str| obj.get(k).and_then(Json::as_str).map(str::to_owned);
         let uint = |k: &str| obj.get(k).and_then(Json::as_u64);
         let flag = |k: &str| obj.get(k).and_then(Json::as_bool).unwrap_or(false);
-        let bound = |k: &str, excl: &str| obj.get(k).and_then(Json::as_f64).map(|v| (v, flag(excl)));
+        let bound =
+            |k: &str, excl: &str| obj.get(k).and_then(Json::as_f64).map(|v| (v, flag(excl)));
         let mut s = Schema {
             ty: string("type"),
             nullable: flag("nullable"),
@@ -94,7 +95,11 @@ impl Schema {
             required: obj
                 .get("required")
                 .and_then(Json::as_array)
-                .map(|r| r.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                .map(|r| {
+                    r.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
                 .unwrap_or_default(),
             enumeration: obj.get("enum").and_then(Json::as_array).cloned(),
             max_length: uint("maxLength"),
@@ -113,7 +118,11 @@ impl Schema {
             list_map_keys: obj
                 .get("x-kubernetes-list-map-keys")
                 .and_then(Json::as_array)
-                .map(|r| r.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                .map(|r| {
+                    r.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
                 .unwrap_or_default(),
             ..Schema::default()
         };
@@ -215,7 +224,13 @@ const META_FIELDS: &[&str] = &["apiVersion", "kind", "metadata"];
 /// `apiVersion`, `kind` and `metadata` are kept.
 pub(crate) fn prune(object: &mut Json, schema: &Schema) -> Vec<String> {
     let mut unknown = Vec::new();
-    prune_at(object, Some(schema), &mut FieldPath::root(), true, &mut unknown);
+    prune_at(
+        object,
+        Some(schema),
+        &mut FieldPath::root(),
+        true,
+        &mut unknown,
+    );
     unknown.sort();
     unknown
 }
@@ -419,24 +434,25 @@ fn type_matches(ty: &str, v: &Json) -> bool {
 /// The value validation of one node and its subtree (go-openapi's
 /// `SchemaValidator` as kube-apiserver maps its results to field errors).
 pub(crate) fn validate(v: &Json, s: &Schema, path: &mut FieldPath, errs: &mut Vec<FieldError>) {
-    if v.is_null() && s.nullable {
-        return;
-    }
+    let nullable_null = v.is_null() && s.nullable;
     if s.int_or_string {
-        if !matches!(v, Json::String(_)) && !type_matches("integer", v) {
+        if !nullable_null && !matches!(v, Json::String(_)) && !type_matches("integer", v) {
             errs.push(path.error(ErrorKind::TypeInvalid {
                 expected: "integer or string".into(),
                 found: json_type(v),
             }));
         }
     } else if let Some(ty) = s.ty.as_deref() {
-        if !type_matches(ty, v) {
+        if !nullable_null && !type_matches(ty, v) {
             errs.push(path.error(ErrorKind::TypeInvalid {
                 expected: ty.into(),
                 found: json_type(v),
             }));
         }
     }
+    // A nullable null passes the type but not an enum without null
+    // (`mode: null` is refused; client-side `kubectl apply` drops nulls
+    // before sending, `kubectl create` and server-side apply do not).
     if let Some(values) = &s.enumeration {
         if !values.contains(v) {
             errs.push(path.error(ErrorKind::NotSupported {
@@ -459,7 +475,10 @@ pub(crate) fn validate(v: &Json, s: &Schema, path: &mut FieldPath, errs: &mut Ve
             }
             if let Some(min) = s.min_items {
                 if (items.len() as u64) < min {
-                    errs.push(path.invalid(None, format!("{path} in body should have at least {min} items")));
+                    errs.push(path.invalid(
+                        None,
+                        format!("{path} in body should have at least {min} items"),
+                    ));
                 }
             }
             if let Some(item) = s.items.as_deref() {
@@ -487,7 +506,10 @@ pub(crate) fn validate(v: &Json, s: &Schema, path: &mut FieldPath, errs: &mut Ve
             }
             if let Some(min) = s.min_properties {
                 if (m.len() as u64) < min {
-                    errs.push(path.invalid(None, format!("{path} in body should have at least {min} properties")));
+                    errs.push(path.invalid(
+                        None,
+                        format!("{path} in body should have at least {min} properties"),
+                    ));
                 }
             }
             for (k, v) in m {
@@ -531,13 +553,21 @@ fn validate_string(text: &str, s: &Schema, path: &FieldPath, errs: &mut Vec<Fiel
 fn validate_number(n: f64, s: &Schema, path: &FieldPath, errs: &mut Vec<FieldError>) {
     if let Some((max, exclusive)) = s.maximum {
         if n > max || (exclusive && n == max) {
-            let rel = if exclusive { "less than" } else { "less than or equal to" };
+            let rel = if exclusive {
+                "less than"
+            } else {
+                "less than or equal to"
+            };
             errs.push(path.invalid(None, format!("{path} in body should be {rel} {max}")));
         }
     }
     if let Some((min, exclusive)) = s.minimum {
         if n < min || (exclusive && n == min) {
-            let rel = if exclusive { "greater than" } else { "greater than or equal to" };
+            let rel = if exclusive {
+                "greater than"
+            } else {
+                "greater than or equal to"
+            };
             errs.push(path.invalid(None, format!("{path} in body should be {rel} {min}")));
         }
     }

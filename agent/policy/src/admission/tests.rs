@@ -84,18 +84,36 @@ fn each_refusal_of_the_issue_is_found_with_its_path() {
     ];
     for (spec, want) in cases {
         let got = errors(policy(spec.clone()));
-        assert!(got.iter().any(|e| e.contains(want)), "{spec}: want {want:?}, got {got:#?}");
+        assert!(
+            got.iter().any(|e| e.contains(want)),
+            "{spec}: want {want:?}, got {got:#?}"
+        );
     }
 }
 
 #[test]
 fn nulls_and_missing_fields_as_the_server_treats_them() {
     // A non-nullable field without a default: null is as if absent.
-    assert_eq!(errors(policy(json!({"evaluationInterval": null}))), Vec::<String>::new());
-    // A nullable one stays null, and a rule's has() is false for it.
-    assert_eq!(errors(policy(json!({"mode": null, "podSelector": null}))), Vec::<String>::new());
+    assert_eq!(
+        errors(policy(json!({"evaluationInterval": null}))),
+        Vec::<String>::new()
+    );
+    // A nullable one stays null, and a rule's has() is false for it; an
+    // enum without null refuses it.
+    assert_eq!(
+        errors(policy(json!({"podSelector": null}))),
+        Vec::<String>::new()
+    );
+    let got = errors(policy(json!({"mode": null})));
+    assert_eq!(
+        got[0],
+        r#"spec.mode: Unsupported value: null: supported values: "monitor", "enforce""#
+    );
     let got = errors(policy(json!({"mode": "enforce", "podSelector": null})));
-    assert!(got.iter().any(|e| e.contains("must set podSelector")), "{got:?}");
+    assert!(
+        got.iter().any(|e| e.contains("must set podSelector")),
+        "{got:?}"
+    );
     // A null item fails its type, and the rules do not run.
     let got = errors(policy(json!({"behaviors": [null]})));
     assert_eq!(got, [
@@ -118,16 +136,30 @@ fn nulls_and_missing_fields_as_the_server_treats_them() {
 fn type_metadata_and_the_object_itself() {
     let mut p = policy(json!({}));
     p["kind"] = json!("RuntimePolicyy");
-    assert_eq!(errors(p), [r#"kind: Invalid value: "RuntimePolicyy": must be RuntimePolicy"#]);
+    assert_eq!(
+        errors(p),
+        [r#"kind: Invalid value: "RuntimePolicyy": must be RuntimePolicy"#]
+    );
     let mut p = policy(json!({}));
     p["apiVersion"] = json!("runtime.nirmata.io/v1");
     assert!(errors(p)[0].starts_with("apiVersion: Invalid value"));
     let mut p = policy(json!({}));
     p["metadata"] = json!({"name": "X_y", "foo": 1, "labels": {"a b": "c"}});
     let got = errors(p);
-    assert!(got.contains(&r#"unknown field "metadata.foo""#.to_string()), "{got:?}");
-    assert!(got.iter().any(|e| e.starts_with(r#"metadata.name: Invalid value: "X_y""#)), "{got:?}");
-    assert!(got.iter().any(|e| e.starts_with(r#"metadata.labels: Invalid value: "a b""#)), "{got:?}");
+    assert!(
+        got.contains(&r#"unknown field "metadata.foo""#.to_string()),
+        "{got:?}"
+    );
+    assert!(
+        got.iter()
+            .any(|e| e.starts_with(r#"metadata.name: Invalid value: "X_y""#)),
+        "{got:?}"
+    );
+    assert!(
+        got.iter()
+            .any(|e| e.starts_with(r#"metadata.labels: Invalid value: "a b""#)),
+        "{got:?}"
+    );
     let mut p = policy(json!({}));
     p["metadata"] = json!({});
     assert!(errors(p)[0].starts_with("metadata.name: Required value"));

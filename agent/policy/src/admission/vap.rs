@@ -59,7 +59,11 @@ pub struct AdmissionPolicy {
 
 fn strings(v: Option<&Json>) -> Vec<String> {
     v.and_then(Json::as_array)
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -96,9 +100,7 @@ impl AdmissionPolicy {
             .unwrap_or("(unnamed)")
             .to_owned();
         let err = |why: String| SetupError::Policy(format!("{name}: {why}"));
-        let spec = policy
-            .get("spec")
-            .ok_or_else(|| err("no spec".into()))?;
+        let spec = policy.get("spec").ok_or_else(|| err("no spec".into()))?;
         if spec.get("paramKind").is_some() {
             return Err(err("paramKind is not interpreted by policy check".into()));
         }
@@ -108,7 +110,9 @@ impl AdmissionPolicy {
             .and_then(Json::as_object)
             .is_some_and(|o| !o.is_empty())
         {
-            return Err(err("an objectSelector is not interpreted by policy check".into()));
+            return Err(err(
+                "an objectSelector is not interpreted by policy check".into()
+            ));
         }
         let object_type = crd
             .versions
@@ -149,7 +153,9 @@ impl AdmissionPolicy {
                 v.get("name").and_then(Json::as_str),
                 v.get("expression").and_then(Json::as_str),
             ) else {
-                return Err(err(format!("variables[{i}]: name and expression are required")));
+                return Err(err(format!(
+                    "variables[{i}]: name and expression are required"
+                )));
             };
             let mut local = env.clone();
             local.add_variable("variables", Type::object(declared.clone()));
@@ -180,7 +186,9 @@ impl AdmissionPolicy {
             let src = v.get("expression").and_then(Json::as_str).unwrap_or("");
             let expr = compile(src, &env, &format!("validations[{i}]"))?.0;
             let message_expression = match v.get("messageExpression").and_then(Json::as_str) {
-                Some(m) => Some(compile(m, &env, &format!("validations[{i}].messageExpression"))?.0),
+                Some(m) => {
+                    Some(compile(m, &env, &format!("validations[{i}].messageExpression"))?.0)
+                }
                 None => None,
             };
             validations.push(Validation {
@@ -215,8 +223,14 @@ impl AdmissionPolicy {
         version: &str,
         resource: &str,
     ) -> Option<FieldError> {
-        if !self.rules.iter().any(|r| r.matches(group, version, resource))
-            || self.excludes.iter().any(|r| r.matches(group, version, resource))
+        if !self
+            .rules
+            .iter()
+            .any(|r| r.matches(group, version, resource))
+            || self
+                .excludes
+                .iter()
+                .any(|r| r.matches(group, version, resource))
         {
             return None;
         }
@@ -231,7 +245,12 @@ impl AdmissionPolicy {
             map: Arc::new(
                 [("operation", "CREATE"), ("name", "")]
                     .into_iter()
-                    .map(|(k, v)| (Key::String(Arc::new(k.into())), Value::String(Arc::new(v.into()))))
+                    .map(|(k, v)| {
+                        (
+                            Key::String(Arc::new(k.into())),
+                            Value::String(Arc::new(v.into())),
+                        )
+                    })
                     .collect(),
             ),
         });
@@ -277,16 +296,23 @@ impl AdmissionPolicy {
                 Ok(Value::Bool(false)) => {
                     let from_expression = v.message_expression.as_ref().and_then(|m| {
                         match run(m, &vars, &mut budget) {
-                            Ok(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+                            Ok(Value::String(s)) if !s.trim().is_empty() => {
+                                Some(s.trim().to_owned())
+                            }
                             _ => None,
                         }
                     });
-                    return deny(from_expression.or_else(|| v.message.clone()).unwrap_or_else(
-                        || format!("failed expression: {}", v.expr.source),
-                    ));
+                    return deny(
+                        from_expression
+                            .or_else(|| v.message.clone())
+                            .unwrap_or_else(|| format!("failed expression: {}", v.expr.source)),
+                    );
                 }
                 Ok(_) | Err(_) if self.fail_closed => {
-                    return deny(format!("expression '{}' could not be evaluated", v.expr.source))
+                    return deny(format!(
+                        "expression '{}' could not be evaluated",
+                        v.expr.source
+                    ))
                 }
                 _ => {}
             }
