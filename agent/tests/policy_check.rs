@@ -99,7 +99,7 @@ spec:
     );
     assert!(out.contains("error: spec.behaviors[0].open.deny.expression: expression has type int; a behavior expression must be list(string)"), "{out}");
     assert!(
-        out.contains("policy dns-enforce (mode enforce)\n  error: "),
+        out.contains("policy dns-enforce (mode enforce)\n  refused by the API server (kubectl apply would fail):\n    spec: Invalid value: a dns behavior is observation only"),
         "{out}"
     );
     assert!(out.contains("3 policies checked, 3 with errors"), "{out}");
@@ -261,4 +261,166 @@ spec:
     assert!(out.contains("grows faster than the data"), "{out}");
     assert!(out.contains("policy dyn-body (mode monitor)\n  error: spec.behaviors[0].network.deny.expression: expression has type dyn; a behavior expression must be list(string): coerce with .map(x, string(x))"), "{out}");
     assert!(out.contains("3 policies checked, 3 with errors"), "{out}");
+}
+
+/// Runs `policy check` on `text`, killed if it has not finished in 30 s
+/// (today's main loops forever on a syntax error): exit status, stdout.
+fn check_text(text: &[u8]) -> (Option<i32>, String, std::time::Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.yaml");
+    std::fs::write(&file, text).unwrap();
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kyverno-runtime"))
+        .args(["policy", "check"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    // Read at most 64 KiB: an endless loop of errors must not fill memory.
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut out = Vec::new();
+        let _ = stdout.take(64 * 1024).read_to_end(&mut out);
+        out
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = String::from_utf8_lossy(&reader.join().unwrap())
+        .replace(&format!("{}: ", file.display()), "");
+    (status, out, started.elapsed())
+}
+
+/// #24 §2: a YAML syntax error is one error with its line and column, and
+/// the exit is 1 at once (it printed "document 1, 2, 3 ..." forever).
+#[test]
+fn a_yaml_syntax_error_is_one_error_with_line_and_column() {
+    let cases: &[(&[u8], &str)] = &[
+        (b"a: {b: 1\n", "document 1: not YAML: did not find expected ',' or '}' at line 2 column 1"),
+        (b"apiVersion: v1\nkind: a\x00b\n", "document 1: not YAML: line 2 column 8: character U+0000 is not allowed in YAML (a control character)"),
+        (b"kind: \x07\n", "document 1: not YAML: line 1 column 7: character U+0007 is not allowed in YAML (a control character)"),
+        (b"a: 1\n---\nb: [\n", "document 2: not YAML: did not find expected node content at line 4 column 1"),
+    ];
+    for (text, want) in cases {
+        let (status, out, _) = check_text(text);
+        assert_eq!(status, Some(1), "{out}");
+        let errors: Vec<&str> = out.lines().filter(|l| l.contains("not YAML")).collect();
+        assert_eq!(errors.len(), 1, "{out}");
+        assert!(errors[0].starts_with(want), "{out}");
+    }
+    // A byte order mark starting the file or a document is skipped, as
+    // kubectl does.
+    let (status, out, _) = check_text(
+        b"\xef\xbb\xbfapiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata: {name: a}\nspec: {}\n",
+    );
+    assert_eq!(status, Some(0), "{out}");
+}
+
+/// #24 §5: an empty file is an error, not "0 policies checked".
+#[test]
+fn an_empty_file_is_an_error() {
+    for text in ["", "# only a comment\n", "---\n---\n"] {
+        let (status, out, _) = check_text(text.as_bytes());
+        assert_eq!(status, Some(1), "{text:?}: {out}");
+        assert!(
+            out.starts_with("error: no policy in it (the input is empty, or holds only comments and document markers)\n"),
+            "{text:?}: {out}"
+        );
+    }
+}
+
+const HEAD: &str =
+    "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata: {name: p}\n";
+
+/// #24 §5: inputs that were super-linear are refused at once by a bound,
+/// with a message naming it (100k-deep nesting took over 60 s, 32k
+/// behaviors 39 s).
+#[test]
+fn deep_nesting_and_32k_behaviors_are_refused_by_a_bound_at_once() {
+    let deep = format!(
+        "{HEAD}spec: {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let (status, out, took) = check_text(deep.as_bytes());
+    println!("100k-deep nesting: {took:?}: {out}");
+    assert_eq!(status, Some(1), "{out}");
+    assert!(
+        out.contains("document 1: not YAML: recursion limit exceeded at line 4 column "),
+        "{out}"
+    );
+    let mut many = format!("{HEAD}spec:\n  behaviors:\n");
+    for i in 0..32_768 {
+        many.push_str(&format!("  - exec: {{deny: {{values: [/bin/x{i}]}}}}\n"));
+    }
+    let (status, out, took) = check_text(many.as_bytes());
+    println!("32k behaviors: {took:?}: {out}");
+    assert_eq!(status, Some(1), "{out}");
+    assert!(
+        out.contains("    spec.behaviors: Too many: 32768: must have at most 64 items\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  not compiled: the errors above come first\n"),
+        "{out}"
+    );
+}
+
+/// #24 §5: errors name the field path, never a parser's internals
+/// (`spec.mode: 3` said "expected a Value::Tagged enum").
+#[test]
+fn a_wrong_type_is_named_by_its_field_path() {
+    let (status, out, _) = check_text(
+        format!("{HEAD}spec: {{mode: 3, behaviors: [{{exec: {{deny: {{values: [1]}}}}}}]}}\n")
+            .as_bytes(),
+    );
+    assert_eq!(status, Some(1), "{out}");
+    assert!(out.contains(r#"spec.mode: Invalid value: "integer": spec.mode in body must be of type string: "integer""#), "{out}");
+    assert!(
+        out.contains(r#"spec.behaviors[0].exec.deny.values[0]: Invalid value: "integer""#),
+        "{out}"
+    );
+    assert!(!out.contains("Value::"), "{out}");
+}
+
+/// #24 §2: what admission refuses, `policy check` refuses with the API
+/// server's field paths; where the compiler has more to say, both show.
+#[test]
+fn admission_refusals_and_compiler_errors_both_show() {
+    let (status, out, _) = check_text(
+        format!(
+            "{HEAD}spec:\n  podSelecter: {{}}\n  mode: enforce\n  evaluationInterval: 0s\n  behaviors:\n  - exec: {{deny: {{expression: '1 + 2'}}}}\n"
+        )
+        .as_bytes(),
+    );
+    println!("{out}");
+    assert_eq!(status, Some(1), "{out}");
+    assert!(
+        out.contains("  refused by the API server (kubectl apply would fail):\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(r#"    unknown field "spec.podSelecter""#),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "    spec: Invalid value: an enforce policy must set podSelector or namespaceSelector"
+        ),
+        "{out}"
+    );
+    assert!(out.contains(r#"    spec.evaluationInterval: Invalid value: "0s": evaluationInterval must be a duration of at least 1s"#), "{out}");
+    assert!(
+        out.contains("  error: spec.behaviors[0].exec.deny.expression: expression has type int"),
+        "{out}"
+    );
 }

@@ -25,9 +25,14 @@
 //! [`sources`] finds the data sources (`resource.get`, `resource.list`,
 //! `http.get`) a policy reads and binds their prefetched results.
 //!
+//! [`admission`] answers, offline, what the API server answers to applying
+//! a RuntimePolicy: the generated CRD's schema and validation rules,
+//! interpreted generically, and the chart's admission policy.
+//!
 //! [`selector`] compiles a policy's `podSelector` and `namespaceSelector`
 //! into the [`selector::PodTarget`] that decides which pods it applies to.
 
+pub mod admission;
 pub mod cel;
 pub mod compile;
 pub mod selector;

@@ -1,5 +1,6 @@
 //! Command-line interface: global flags and one module per subcommand.
 
+mod chart_policy;
 pub mod cleanup;
 mod collector;
 mod crd;
@@ -8,6 +9,7 @@ mod policy;
 mod policy_test;
 mod probe;
 mod propose;
+mod yaml_docs;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;

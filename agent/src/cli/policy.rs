@@ -1,6 +1,12 @@
-//! `kyverno-runtime policy check FILE...`: the daemon's answer, offline.
+//! `kyverno-runtime policy check FILE...`: the API server's answer and the
+//! daemon's, offline.
 //!
 //! Each RuntimePolicy in the files (YAML, several documents per file) is
+//! first reviewed as the API server reviews `kubectl apply` of it
+//! (`kyverno_runtime_policy::admission`: the generated CRD's schema, every
+//! validation rule, strict field validation, and the chart's
+//! ValidatingAdmissionPolicy); a refusal is printed with the server's
+//! field paths and messages. A policy the server would take is then
 //! compiled and evaluated by the same code the daemon runs, and each
 //! behavior's lists are parsed by the same functions the kernel backends
 //! program from. It prints, per behavior, what would be allowed and denied
@@ -17,18 +23,19 @@
 use crate::daemon::convert;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use kyverno_runtime_api::runtimepolicy::RuntimePolicy;
+use kyverno_runtime_api::runtimepolicy::RuntimePolicySpec;
 use kyverno_runtime_enforce::egress::{compile_network, NameContext};
 use kyverno_runtime_enforce::names::ServiceAddresses;
 use kyverno_runtime_enforce::openexec::{compile_paths, Mode};
+use kyverno_runtime_policy::admission::Admission;
 use kyverno_runtime_policy::cel::eval::{shared_policy_context, RUNTIME_COST_BUDGET};
 use kyverno_runtime_policy::compile::CompiledPolicy;
 use kyverno_runtime_policy::sources::{DataFile, DataSet};
 use kyverno_runtime_policy::values::{parse_dns, parse_protocol, BehaviorKind, ValueError};
-use serde::Deserialize as _;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::LazyLock;
 
 /// `kyverno-runtime policy ...`.
 #[derive(Debug, Args)]
@@ -53,6 +60,11 @@ enum PolicyCommand {
         /// is reported as needing live data.
         #[arg(long, value_name = "FILE")]
         data: Option<PathBuf>,
+        /// Leave out the chart's ValidatingAdmissionPolicy (the
+        /// autogen-controllers annotation check), as for a cluster
+        /// installed with `admissionPolicy.enabled=false`.
+        #[arg(long)]
+        no_chart_policy: bool,
     },
     /// Run policy tests: recorded events through the daemon's attribution
     /// and monitor, the findings compared with the expected ones.
@@ -72,13 +84,22 @@ enum PolicyCommand {
 /// Runs the subcommand.
 pub fn run(args: PolicyArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        PolicyCommand::Check { files, data } => check(&files, data.as_deref()),
+        PolicyCommand::Check {
+            files,
+            data,
+            no_chart_policy,
+        } => check(&files, data.as_deref(), !no_chart_policy),
         PolicyCommand::Test { paths } => super::policy_test::run(&paths),
     }
 }
 
-/// `policy check FILE... [--data FILE]`.
-fn check(files: &[PathBuf], data: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+/// `policy check FILE... [--data FILE] [--no-chart-policy]`.
+fn check(
+    files: &[PathBuf],
+    data: Option<&std::path::Path>,
+    chart_policy: bool,
+) -> anyhow::Result<ExitCode> {
+    let admission = admission(chart_policy).map_err(anyhow::Error::msg)?;
     let data = match data {
         None => DataSet::new(),
         Some(path) => {
@@ -93,24 +114,38 @@ fn check(files: &[PathBuf], data: Option<&std::path::Path>) -> anyhow::Result<Ex
     let mut needing_data = 0usize;
     for file in files {
         let text = super::input::read_text(file)?;
-        for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-            let value = match serde_yaml::Value::deserialize(doc) {
-                Ok(serde_yaml::Value::Null) => continue,
+        let name = super::input::input_name(file);
+        let mut documents = 0usize;
+        // The patched serde_yaml ends the stream at a syntax error, so a
+        // malformed file yields its one error and stops.
+        for (i, doc) in super::yaml_docs::documents(&text).into_iter().enumerate() {
+            documents += 1;
+            let value = match doc {
+                Ok(serde_yaml::Value::Null) => {
+                    documents -= 1;
+                    continue;
+                }
                 Ok(v) => v,
                 Err(e) => {
-                    println!("{}: document {}: not YAML: {e}", file.display(), i + 1);
+                    println!("{name}: document {}: not YAML: {e}", i + 1);
                     failed += 1;
                     continue;
                 }
             };
             checked += 1;
-            let (out, outcome) = check_document(value, &data);
-            print!("{}: {out}", file.display());
+            let (out, outcome) = check_document_in(admission, value, &data);
+            print!("{name}: {out}");
             match outcome {
                 Outcome::Ok => {}
                 Outcome::NeedsData => needing_data += 1,
                 Outcome::Refused => failed += 1,
             }
+        }
+        if documents == 0 {
+            println!(
+                "{name}: error: no policy in it (the input is empty, or holds only comments and document markers)"
+            );
+            failed += 1;
         }
     }
     println!(
@@ -129,10 +164,36 @@ fn check(files: &[PathBuf], data: Option<&std::path::Path>) -> anyhow::Result<Ex
     })
 }
 
+/// The API server's review, built once per process: the generated CRD,
+/// and the chart's admission policy unless left out.
+fn admission(chart_policy: bool) -> Result<&'static Admission, String> {
+    fn build(chart_policy: bool) -> Result<Admission, String> {
+        let crd = Admission::runtime_policy().map_err(|e| e.to_string())?;
+        if !chart_policy {
+            return Ok(crd);
+        }
+        let policies = super::chart_policy::policies(&crd).map_err(|e| e.to_string())?;
+        Ok(policies.into_iter().fold(crd, Admission::with_policy))
+    }
+    static WITH_CHART_POLICY: LazyLock<Result<Admission, String>> = LazyLock::new(|| build(true));
+    static CRD_ONLY: LazyLock<Result<Admission, String>> = LazyLock::new(|| build(false));
+    let built = if chart_policy {
+        &*WITH_CHART_POLICY
+    } else {
+        &*CRD_ONLY
+    };
+    built
+        .as_ref()
+        .map_err(|e| format!("policy check cannot reproduce the API server's review: {e}"))
+}
+
 /// One document checked with no data supplied: its report and whether
 /// nothing was refused (what `propose` runs on its own output).
 pub(crate) fn check_clean(value: serde_yaml::Value) -> (String, bool) {
-    let (report, outcome) = check_document(value, &DataSet::new());
+    let (report, outcome) = match admission(true) {
+        Ok(admission) => check_document_in(admission, value, &DataSet::new()),
+        Err(e) => (format!("error: {e}\n"), Outcome::Refused),
+    };
     (report, outcome != Outcome::Refused)
 }
 
@@ -147,21 +208,75 @@ pub(crate) enum Outcome {
     Refused,
 }
 
-/// One document's report and how it checked.
-pub(crate) fn check_document(value: serde_yaml::Value, data: &DataSet) -> (String, Outcome) {
-    let rp: RuntimePolicy = match serde_yaml::from_value(value) {
-        Ok(rp) => rp,
+/// One document's report and how it checked: the API server's review,
+/// then (when nothing in it stops the compiler) the daemon's.
+fn check_document_in(
+    admission: &Admission,
+    value: serde_yaml::Value,
+    data: &DataSet,
+) -> (String, Outcome) {
+    let json = match super::yaml_docs::to_json(&value, "") {
+        Ok(j) => j,
         Err(e) => return (format!("not a RuntimePolicy: {e}\n"), Outcome::Refused),
     };
-    let name = rp
-        .metadata
-        .name
-        .clone()
-        .unwrap_or_else(|| "(unnamed)".into());
-    // What the API server's defaulting does: an omitted mode is monitor.
-    let mode = rp.spec.mode.unwrap_or_default();
-    let mut out = format!("policy {name} (mode {})\n", mode.as_str());
-    let compiled = match CompiledPolicy::compile(&rp.spec) {
+    let review = admission.review(&json);
+    let stored = review.object.as_ref().unwrap_or(&json);
+    let name = json
+        .pointer("/metadata/name")
+        .and_then(|n| n.as_str())
+        .filter(|n| !n.is_empty())
+        .unwrap_or("(unnamed)");
+    // What the API server's defaulting makes of an omitted mode.
+    let mode = match stored.pointer("/spec/mode") {
+        None | Some(serde_json::Value::Null) => "monitor".to_owned(),
+        Some(serde_json::Value::String(m)) => m.clone(),
+        Some(other) => other.to_string(),
+    };
+    let mut out = format!("policy {name} (mode {mode})\n");
+    if !review.accepted() {
+        out.push_str("  refused by the API server (kubectl apply would fail):\n");
+        for e in &review.errors {
+            let _ = writeln!(out, "    {e}");
+        }
+    }
+    let spec = match (&review.object, review.blocked()) {
+        (Some(object), false) => serde_json::from_value::<RuntimePolicySpec>(
+            object.get("spec").cloned().unwrap_or_default(),
+        )
+        .map_err(|e| e.to_string()),
+        _ => Err(String::new()),
+    };
+    let spec = match spec {
+        Ok(spec) => spec,
+        Err(e) if e.is_empty() => {
+            out.push_str("  not compiled: the errors above come first\n");
+            return (out, Outcome::Refused);
+        }
+        Err(e) => {
+            let _ = writeln!(out, "  error: spec: the daemon cannot read it: {e}");
+            return (out, Outcome::Refused);
+        }
+    };
+    let (rest, outcome) = compile_and_evaluate(&spec, data);
+    out.push_str(&rest);
+    let outcome = if review.accepted() {
+        outcome
+    } else {
+        Outcome::Refused
+    };
+    match outcome {
+        Outcome::Ok => out.push_str("  ok\n"),
+        Outcome::NeedsData => out.push_str("  ok so far: needs live data to evaluate fully\n"),
+        Outcome::Refused => {}
+    }
+    (out, outcome)
+}
+
+/// The daemon's half: compile, evaluate, parse each list's values.
+fn compile_and_evaluate(spec: &RuntimePolicySpec, data: &DataSet) -> (String, Outcome) {
+    let mut out = String::new();
+    let mode = spec.mode.unwrap_or_default();
+    let compiled = match CompiledPolicy::compile(spec) {
         Ok(c) => c,
         Err(errors) => {
             for e in errors {
@@ -255,11 +370,6 @@ pub(crate) fn check_document(value: serde_yaml::Value, data: &DataSet) -> (Strin
         (true, true) => Outcome::NeedsData,
         (true, false) => Outcome::Ok,
     };
-    match outcome {
-        Outcome::Ok => out.push_str("  ok\n"),
-        Outcome::NeedsData => out.push_str("  ok so far: needs live data to evaluate fully\n"),
-        Outcome::Refused => {}
-    }
     (out, outcome)
 }
 
