@@ -11,8 +11,8 @@
 mod observe;
 
 pub use observe::{
-    denial_event, dns_event, exec_events, Plane, DENIALS_SOURCE, DNS_SOURCE, EGRESS_SOURCE,
-    EXEC_TRACE_SOURCE, OPENEXEC_SOURCE,
+    denial_event, dns_event, exec_events, ExecGate, Plane, DENIALS_SOURCE, DNS_SOURCE,
+    EGRESS_SOURCE, EXEC_TRACE_SOURCE, OPENEXEC_SOURCE,
 };
 
 use super::convert::{self, kernel_mode};
@@ -212,6 +212,9 @@ pub struct Engine {
     /// The DNS answer snooper's counters at the last look (they are
     /// cumulative; metrics take the deltas).
     snoop_seen: SnoopStats,
+    /// The kernel's loss counters at the last poll (see
+    /// [`observe::Losses`]).
+    losses: observe::Losses,
     /// Fetches policies' data sources (`None`: no data, so a policy
     /// reading one fails to evaluate, saying so).
     fetcher: Option<Arc<Fetcher>>,
@@ -256,8 +259,10 @@ impl Engine {
             failures: BTreeMap::new(),
             rejections: BTreeMap::new(),
             snoop_seen: SnoopStats::default(),
+            losses: observe::Losses::default(),
             fetcher: None,
         }
+        .with_loss_baselines()
     }
 
     /// Fetches data sources with `fetcher` from now on.
@@ -384,8 +389,10 @@ impl Engine {
         self.refresh_reports();
     }
 
-    /// Re-evaluates every policy whose `evaluationInterval` has come due.
+    /// Re-evaluates every policy whose `evaluationInterval` has come due,
+    /// and retries the exec tracer's gate operations that failed.
     pub fn evaluate_due(&mut self, now: Instant) {
+        self.retry_exec_trace(now);
         let due: Vec<String> = self
             .policies
             .values()
@@ -406,6 +413,7 @@ impl Engine {
         self.policies
             .values()
             .filter_map(|p| p.next_evaluation)
+            .chain(self.plane.gate_retry_due())
             .min()
     }
 
@@ -1173,6 +1181,10 @@ mod tests {
     use kyverno_runtime_api::runtimepolicy::RuntimePolicySpec;
 
     fn engine() -> (Engine, Reports, tempfile::TempDir) {
+        engine_with(None)
+    }
+
+    fn engine_with(tracer: Option<Arc<dyn ExecGate>>) -> (Engine, Reports, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let reports = Reports::new();
         let resolver =
@@ -1190,7 +1202,7 @@ mod tests {
             plane: Plane {
                 index: Arc::new(kyverno_runtime_plane::Index::new(None, "/proc", None)),
                 monitor: Arc::new(kyverno_runtime_plane::Monitor::new(Vec::new(), None)),
-                tracer: None,
+                tracer,
                 sources: kyverno_runtime_plane::SourceStates::default(),
             },
         });
@@ -1340,5 +1352,171 @@ mod tests {
         assert_eq!(e.next_due(), None);
         e.delete_policy("p");
         assert!(reports.snapshot().is_empty());
+    }
+
+    /// An exec tracer gate that holds what it admitted and refuses the
+    /// cgroups it is told to.
+    #[derive(Default)]
+    struct FakeGate {
+        held: std::sync::Mutex<BTreeSet<u64>>,
+        refuse: std::sync::Mutex<BTreeSet<u64>>,
+    }
+
+    impl FakeGate {
+        fn held(&self) -> BTreeSet<u64> {
+            self.held.lock().unwrap_or_else(|e| panic!("{e}")).clone()
+        }
+
+        fn refuse(&self, ids: &[u64]) {
+            *self.refuse.lock().unwrap_or_else(|e| panic!("{e}")) = ids.iter().copied().collect();
+        }
+
+        fn refused(&self, id: u64) -> Result<(), kyverno_runtime_bpf::exectrace::ExecTraceError> {
+            if self
+                .refuse
+                .lock()
+                .unwrap_or_else(|e| panic!("{e}"))
+                .contains(&id)
+            {
+                // What a full gate map answers.
+                return Err(kyverno_runtime_bpf::exectrace::ExecTraceError::InvalidCgroupId);
+            }
+            Ok(())
+        }
+    }
+
+    impl ExecGate for FakeGate {
+        fn admit(&self, cgroup: u64) -> Result<(), kyverno_runtime_bpf::exectrace::ExecTraceError> {
+            self.refused(cgroup)?;
+            self.held
+                .lock()
+                .unwrap_or_else(|e| panic!("{e}"))
+                .insert(cgroup);
+            Ok(())
+        }
+
+        fn revoke(
+            &self,
+            cgroup: u64,
+        ) -> Result<bool, kyverno_runtime_bpf::exectrace::ExecTraceError> {
+            self.refused(cgroup)?;
+            Ok(self
+                .held
+                .lock()
+                .unwrap_or_else(|e| panic!("{e}"))
+                .remove(&cgroup))
+        }
+    }
+
+    /// A running pod of this node whose containers have cgroups `ids`.
+    fn pod_with_cgroups(
+        e: &mut Engine,
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        ids: &[u64],
+    ) {
+        let uid = format!("uid-{name}");
+        let containers: Vec<kyverno_runtime_enforce::egress::ContainerCgroup> = ids
+            .iter()
+            .map(|id| kyverno_runtime_enforce::egress::ContainerCgroup {
+                id: *id,
+                path: format!("/sys/fs/cgroup/{id}").into(),
+            })
+            .collect();
+        e.pods.insert(
+            uid.clone(),
+            PodState {
+                namespace: ns.into(),
+                name: name.into(),
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                owner: None,
+                cgroups: PodCgroups {
+                    names: ids.iter().map(|id| (*id, format!("c{id}"))).collect(),
+                    containers,
+                    ..PodCgroups::default()
+                },
+            },
+        );
+        e.observe_pod(&uid);
+    }
+
+    fn gate_failures(e: &Engine, operation: &str) -> u64 {
+        let text = e.metrics.encode();
+        text.lines()
+            .find(|l| {
+                l.starts_with("nirmata_runtime_exec_trace_gate_failures_total")
+                    && l.contains(&format!("operation=\"{operation}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn a_cgroup_is_traced_only_once_its_admit_succeeded_and_a_failure_is_retried() {
+        let gate = Arc::new(FakeGate::default());
+        let (mut e, _reports, _dir) = engine_with(Some(gate.clone()));
+        e.plane
+            .parts
+            .sources
+            .set(EXEC_TRACE_SOURCE, SourceState::Available);
+        e.apply_namespace(&namespace("a", &[]));
+        e.apply_policy(&policy(
+            "watch-exec",
+            1,
+            serde_json::json!({"mode": "monitor", "podSelector": {"matchLabels": {"app": "web"}},
+            "behaviors": [{"exec": {"deny": {"values": ["/bin/sh"]}}}]}),
+        ));
+        // The gate refuses one of the pod's two cgroups (a full map).
+        gate.refuse(&[12]);
+        pod_with_cgroups(&mut e, "a", "web", &[("app", "web")], &[11, 12]);
+        assert_eq!(gate.held(), BTreeSet::from([11]));
+        assert!(e.traced(11));
+        assert!(
+            !e.traced(12),
+            "a cgroup the gate refused is not traced: its execs must come from the counters"
+        );
+        assert_eq!(gate_failures(&e, "admit"), 1);
+        let retry = e
+            .next_due()
+            .unwrap_or_else(|| panic!("no retry scheduled for the refused admit"));
+
+        // Still refused at the retry: counted again, the wait doubles.
+        e.evaluate_due(retry);
+        assert_eq!(gate_failures(&e, "admit"), 2);
+        let again = e.next_due().unwrap_or_else(|| panic!("no second retry"));
+        let wait = again.saturating_duration_since(Instant::now());
+        assert!(
+            wait > Duration::from_millis(1500) && wait <= Duration::from_secs(2),
+            "{wait:?}"
+        );
+
+        // The gate has room again: the retry admits it, and nothing is due.
+        gate.refuse(&[]);
+        e.evaluate_due(again);
+        assert_eq!(gate.held(), BTreeSet::from([11, 12]));
+        assert!(e.traced(12));
+        assert_eq!(e.next_due(), None);
+        assert_eq!(gate_failures(&e, "admit"), 2);
+
+        // A revoke that fails leaves the cgroup traced (the kernel still
+        // reports it) and is retried too.
+        gate.refuse(&[11]);
+        e.delete_policy("watch-exec");
+        assert_eq!(gate.held(), BTreeSet::from([11]));
+        assert!(e.traced(11));
+        assert!(!e.traced(12));
+        assert_eq!(gate_failures(&e, "revoke"), 1);
+        let retry = e
+            .next_due()
+            .unwrap_or_else(|| panic!("no retry of the revoke"));
+        gate.refuse(&[]);
+        e.evaluate_due(retry);
+        assert!(gate.held().is_empty());
+        assert!(!e.traced(11));
+        assert_eq!(e.next_due(), None);
     }
 }
