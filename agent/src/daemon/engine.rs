@@ -586,11 +586,57 @@ impl Engine {
                 .extend(outcome.rejections.iter().map(ToString::to_string));
             failures.extend(outcome.failures.iter().map(ToString::to_string));
         }
+        self.parse_unserved(mode, &result, &mut rejections);
         for f in &failures {
             tracing::error!(policy = %name, failure = %f, "programming the policy failed");
         }
         self.failures.insert(uid.clone(), failures);
         self.rejections.insert(uid, rejections);
+    }
+
+    /// Parses the values of the behaviors no manager of this node took
+    /// (its backend is unavailable here) with the managers' own compile
+    /// functions, so TargetsValid, OpenRulesValid and ExecRulesValid, which
+    /// every node writes verbatim, give the same answer on a node that
+    /// cannot serve a behavior as on one that can. (One part of
+    /// TargetsValid stays the node's: a domain is refused where the DNS
+    /// answer snooper is, since it cannot be served there.)
+    fn parse_unserved(
+        &self,
+        mode: kyverno_runtime_enforce::openexec::Mode,
+        result: &EvaluationResult,
+        into: &mut Rejections,
+    ) {
+        use kyverno_runtime_enforce::{dns, egress, openexec, protocol};
+        let lists = |kind| convert::lists(result, kind);
+        if self.openexec.get_ref().is_none() {
+            let (_, open) = openexec::compile_paths(mode, lists(BehaviorKind::Open).as_ref());
+            into.open.extend(open.iter().map(ToString::to_string));
+            let (_, exec) = openexec::compile_paths(mode, lists(BehaviorKind::Exec).as_ref());
+            into.exec.extend(exec.iter().map(ToString::to_string));
+        }
+        if self.egress.get_ref().is_none() {
+            let services = kyverno_runtime_enforce::names::ServiceAddresses::new();
+            let names = egress::NameContext {
+                services: &services,
+                domains: Ok(()),
+            };
+            let compiled =
+                egress::compile_network(mode, lists(BehaviorKind::Network).as_ref(), &names);
+            into.network
+                .extend(compiled.rejections.iter().map(ToString::to_string));
+        }
+        if self.protocol.get_ref().is_none() {
+            let (_, refused) =
+                protocol::compile_protocol(mode, lists(BehaviorKind::Protocol).as_ref());
+            into.network.extend(refused.iter().map(ToString::to_string));
+        }
+        if self.dns.get_ref().is_none() {
+            if let Some(l) = lists(BehaviorKind::Dns) {
+                let (_, refused) = dns::NameMatcher::compile(&l);
+                into.network.extend(refused.iter().map(ToString::to_string));
+            }
+        }
     }
 
     // ---- namespaces and pods --------------------------------------------------------
@@ -1518,5 +1564,96 @@ mod tests {
         assert!(gate.held().is_empty());
         assert!(!e.traced(11));
         assert_eq!(e.next_due(), None);
+    }
+
+    fn spec_condition(r: &NodeReport, type_: &str) -> Option<(String, String, String)> {
+        r.spec_conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    }
+
+    /// TargetsValid, ExecRulesValid and OpenRulesValid: each present only
+    /// for a policy with that behavior, False naming the values no backend
+    /// can program, True once every value is; and on a node that cannot
+    /// serve the behavior (every backend unavailable here) the same answer
+    /// as on one that can, since every node writes them verbatim.
+    #[test]
+    fn the_spec_conditions_name_the_values_that_cannot_be_programmed() {
+        let (mut e, reports, _dir) = engine();
+        e.apply_policy(&policy(
+            "p",
+            1,
+            serde_json::json!({"mode": "enforce", "podSelector": {},
+            "behaviors": [
+                {"network": {"deny": {"expression": "['10.0.0.300', '10.0.0.1']"}}},
+                {"exec": {"deny": {"expression": "['bin/sh', '/bin/sh']"}}},
+                {"open": {"deny": {"values": ["/etc/shadow"]}}}
+            ]}),
+        ));
+        let r = report(&reports, "p");
+        let (status, reason, message) = spec_condition(&r, types::TARGETS_VALID)
+            .unwrap_or_else(|| panic!("no TargetsValid: {:?}", r.spec_conditions));
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "ValuesRejected")
+        );
+        assert!(
+            message.starts_with("1 value(s) not programmed: spec.behaviors[0].network.deny")
+                && message.contains("10.0.0.300"),
+            "{message}"
+        );
+        let (status, _, message) = spec_condition(&r, types::EXEC_RULES_VALID)
+            .unwrap_or_else(|| panic!("no ExecRulesValid: {:?}", r.spec_conditions));
+        assert_eq!(status, "False");
+        assert!(
+            message.contains("spec.behaviors[1].exec.deny") && message.contains("bin/sh"),
+            "{message}"
+        );
+        let (status, reason, message) = spec_condition(&r, types::OPEN_RULES_VALID)
+            .unwrap_or_else(|| panic!("no OpenRulesValid: {:?}", r.spec_conditions));
+        assert_eq!(
+            (status.as_str(), reason.as_str(), message.as_str()),
+            ("True", "Valid", "every open value is programmed")
+        );
+
+        // Fixed, and without an open behavior: the other two True, no
+        // OpenRulesValid at all.
+        e.apply_policy(&policy(
+            "p",
+            2,
+            serde_json::json!({"mode": "enforce", "podSelector": {},
+            "behaviors": [
+                {"network": {"deny": {"expression": "['10.0.0.1']"}}},
+                {"exec": {"deny": {"expression": "['/bin/sh']"}}}
+            ]}),
+        ));
+        let r = report(&reports, "p");
+        assert_eq!(
+            spec_condition(&r, types::TARGETS_VALID),
+            Some((
+                "True".into(),
+                "Valid".into(),
+                "every target value is programmed".into()
+            ))
+        );
+        assert_eq!(
+            spec_condition(&r, types::EXEC_RULES_VALID).map(|c| c.0),
+            Some("True".into())
+        );
+        assert_eq!(spec_condition(&r, types::OPEN_RULES_VALID), None);
+        // TargetsValid covers protocol and dns values too.
+        e.apply_policy(&policy(
+            "q",
+            1,
+            serde_json::json!({"mode": "monitor", "podSelector": {},
+            "behaviors": [{"dns": {"deny": {"expression": "['bad..name']"}}}]}),
+        ));
+        let r = report(&reports, "q");
+        let (status, _, message) = spec_condition(&r, types::TARGETS_VALID)
+            .unwrap_or_else(|| panic!("no TargetsValid: {:?}", r.spec_conditions));
+        assert_eq!(status, "False", "{message}");
+        assert!(message.contains("bad..name"), "{message}");
+        assert_eq!(spec_condition(&r, types::EXEC_RULES_VALID), None);
     }
 }
