@@ -138,7 +138,8 @@ struct PodState {
     namespace: String,
     name: String,
     labels: BTreeMap<String, String>,
-    /// The first ownerReference, as the pod claims it (unverified).
+    /// The owner findings name ([`convert::owner`]: a Deployment for its
+    /// ReplicaSet's pods), as the pod claims it (unverified).
     owner: Option<(String, String)>,
     cgroups: PodCgroups,
 }
@@ -702,12 +703,7 @@ impl Engine {
             .pods
             .get(&uid)
             .map(|p| (p.labels.clone(), p.cgroups.ids()));
-        let owner = pod
-            .metadata
-            .owner_references
-            .as_ref()
-            .and_then(|o| o.first())
-            .map(|o| (o.kind.clone(), o.name.clone()));
+        let owner = convert::owner(pod);
         let state = PodState {
             namespace,
             name,
@@ -1655,5 +1651,29 @@ mod tests {
         assert_eq!(status, "False", "{message}");
         assert!(message.contains("bad..name"), "{message}");
         assert_eq!(spec_condition(&r, types::EXEC_RULES_VALID), None);
+    }
+
+    #[test]
+    fn a_deployments_pod_is_attributed_to_the_deployment() {
+        let (mut e, _reports, _dir) = engine();
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-5d9c8-x", "namespace": "a", "uid": "uid-web",
+                         "labels": {"app": "web", "pod-template-hash": "5d9c8"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                             "name": "web-5d9c8", "uid": "rs", "controller": true}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        e.apply_pod(&pod);
+        let indexed = e
+            .plane
+            .parts
+            .index
+            .by_uid("uid-web")
+            .unwrap_or_else(|| panic!("the pod is not indexed"));
+        assert_eq!(
+            (indexed.owner_kind.as_deref(), indexed.owner_name.as_deref()),
+            (Some("Deployment"), Some("web"))
+        );
     }
 }
