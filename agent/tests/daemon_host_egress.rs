@@ -395,3 +395,137 @@ spec:
         .unwrap();
     force_delete_pod(cluster, NS, "data-web");
 }
+
+/// Sends one UDP datagram to each of `count` distinct loopback addresses
+/// (127.1.0.0 upwards) from inside `cgroup`, as fast as perl can: each is
+/// a new key of the egress observation map. Returns how long it took.
+fn datagrams_to_distinct_addresses(cgroup: &Path, count: u32) -> Duration {
+    let sender = format!(
+        r#"use Socket; socket(my $s, PF_INET, SOCK_DGRAM, 0) or die "socket: $!";
+for my $i (0 .. {last}) {{
+  my $a = pack("C4", 127, 1 + ($i >> 16), ($i >> 8) & 255, $i & 255);
+  send($s, "x", 0, pack_sockaddr_in(9, $a)) or die "send: $!";
+}}"#,
+        last = count - 1
+    );
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec perl -e '{sender}'",
+        cgroup.display()
+    );
+    let started = std::time::Instant::now();
+    let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "sender: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    started.elapsed()
+}
+
+/// The kernel's observation losses reach /metrics: a monitored pod sends
+/// one datagram to each of 40,000 destinations, far more than the egress
+/// observation map's 16,384 keys hold between two drains. What the LRU
+/// map evicted is `events_dropped_total{source="egress-observe",
+/// reason="evicted"}`, and with what the drains read it accounts for
+/// every datagram exactly: nothing lost silently, nothing counted twice.
+#[test]
+fn an_overflowing_observation_map_is_counted_in_metrics() {
+    const NODE: &str = "host-lost-node";
+    const NS: &str = "host-lost";
+    const SENT: u32 = 40_000;
+    let cluster = cluster();
+    let dir = tempdir();
+    namespace(cluster, NS, "team: lost");
+    apply(
+        cluster,
+        "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: host-lost-net\nspec:\n  mode: monitor\n  podSelector: {matchLabels: {app: host-lost}}\n  behaviors:\n  - network: {deny: {values: [\"10.255.255.255/32\"]}}\n",
+    );
+    force_delete_pod(cluster, NS, "lost-web");
+    let id = "7e".repeat(32);
+    let uid = running_pod(
+        cluster,
+        NS,
+        "lost-web",
+        NODE,
+        "app: host-lost",
+        &format!("containerd://{id}"),
+    );
+    let pod = HostPod::new(dir.path(), &uid, &id);
+    let metrics = free_loopback();
+    let pins = pod.pins();
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            &metrics.to_string(),
+            "--status-interval",
+            "1s",
+            "--drain-interval",
+            "1s",
+            "--reports-enabled=false",
+            "--pin-dir",
+            pins.to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", NODE),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_log("pods on this node listed", Duration::from_secs(30));
+    let ingested = |text: &str| {
+        series_sum(
+            text,
+            &["events_ingested_total", "source=\"egress-observe\""],
+        )
+    };
+    let evicted = |text: &str| {
+        series_sum(
+            text,
+            &[
+                "events_dropped_total",
+                "source=\"egress-observe\"",
+                "reason=\"evicted\"",
+            ],
+        )
+    };
+    // The pod is observed once a datagram of its shows up.
+    let before = wait_for("the pod observed", Duration::from_secs(30), || {
+        datagrams_to_distinct_addresses(&pod.container, 1);
+        std::thread::sleep(Duration::from_millis(1500));
+        let text = scrape(metrics)?;
+        (ingested(&text) > 0).then_some(text)
+    });
+    let (ingested_before, evicted_before) = (ingested(&before), evicted(&before));
+    assert_eq!(evicted_before, 0, "nothing evicted yet");
+
+    let took = datagrams_to_distinct_addresses(&pod.container, SENT);
+    let after = wait_for(
+        "every datagram read or counted as evicted",
+        Duration::from_secs(30),
+        || {
+            let text = scrape(metrics)?;
+            let accounted = ingested(&text) - ingested_before + evicted(&text) - evicted_before;
+            (accounted >= u64::from(SENT)).then_some(text)
+        },
+    );
+    // A further drain changes nothing: no late overcount.
+    std::thread::sleep(Duration::from_millis(2500));
+    let last = scrape(metrics).unwrap();
+    let read = ingested(&last) - ingested_before;
+    let lost = evicted(&last) - evicted_before;
+    println!(
+        "{SENT} datagrams to distinct destinations in {took:?}: {read} read by the drains, {lost} evicted by the 16384-key map (events_dropped_total{{source=\"egress-observe\",reason=\"evicted\"}})"
+    );
+    assert_eq!(ingested(&after), ingested(&last));
+    assert_eq!(read + lost, u64::from(SENT), "each datagram exactly once");
+    assert!(lost > 0, "the map overflowed: something was evicted");
+    for line in last.lines().filter(|l| l.contains("egress-observe")) {
+        println!("{line}");
+    }
+
+    let (status, _, _) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success());
+    cluster
+        .kubectl_ok(&["delete", "rpol", "host-lost-net"])
+        .unwrap();
+    force_delete_pod(cluster, NS, "lost-web");
+}

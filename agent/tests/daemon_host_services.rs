@@ -359,23 +359,6 @@ fn resolver(
     (addr, stop)
 }
 
-/// The text of /metrics at `addr`.
-fn scrape(addr: SocketAddr) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
-
-/// The value of the series whose line holds every one of `parts`.
-fn series(text: &str, parts: &[&str]) -> Option<u64> {
-    text.lines()
-        .find(|l| !l.starts_with('#') && parts.iter().all(|p| l.contains(p)))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 #[test]
 fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
     let cluster = cluster();

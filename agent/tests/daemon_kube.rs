@@ -371,3 +371,85 @@ spec:
         .kubectl_ok(&["delete", "ns", "policy-data", "--wait=false"])
         .unwrap();
 }
+
+/// TargetsValid, ExecRulesValid and OpenRulesValid in the policy's status,
+/// as the daemon writes them: False naming the values no backend can
+/// program (here from expressions, which admission cannot check), True for
+/// a behavior whose values all parse. This host cannot load the open/exec
+/// programs, and still gives the answer a node that can would give: every
+/// node writes these conditions verbatim, so they must not depend on the
+/// node.
+#[test]
+fn the_spec_conditions_name_rejected_values_on_every_node() {
+    let cluster = cluster();
+    let node = "spec-conditions-node";
+    apply(
+        cluster,
+        "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: spec-conditions\nspec:\n  mode: enforce\n  podSelector: {matchLabels: {app: spec}}\n  behaviors:\n  - network: {deny: {expression: \"['10.0.0.300', '10.0.0.1']\"}}\n  - exec: {deny: {expression: \"['bin/sh', '/bin/sh']\"}}\n  - open: {deny: {values: [\"/etc/shadow\"]}}\n",
+    );
+    let dir = tempdir();
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            "",
+            "--status-interval",
+            "1s",
+            "--pin-dir",
+            dir.path().join("pins").to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", node),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_log("pods on this node listed", Duration::from_secs(30));
+    let conditions = wait_for(
+        "the spec-level conditions in status",
+        Duration::from_secs(20),
+        || {
+            let rp = get_json(cluster, &["rpol", "spec-conditions"])?;
+            shard(&rp, node)?;
+            let conditions = rp["status"]["conditions"].as_array()?.clone();
+            conditions
+                .iter()
+                .any(|c| c["type"] == "ExecRulesValid")
+                .then_some(conditions)
+        },
+    );
+    let find = |type_: &str| {
+        conditions
+            .iter()
+            .find(|c| c["type"] == type_)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {type_} in {conditions:?}"))
+    };
+    let targets = find("TargetsValid");
+    println!("TargetsValid: {} {}", targets["status"], targets["message"]);
+    assert_eq!(targets["status"], "False");
+    assert_eq!(targets["reason"], "ValuesRejected");
+    assert!(
+        targets["message"].as_str().is_some_and(
+            |m| m.contains("spec.behaviors[0].network.deny") && m.contains("10.0.0.300")
+        ),
+        "{targets}"
+    );
+    let exec = find("ExecRulesValid");
+    println!("ExecRulesValid: {} {}", exec["status"], exec["message"]);
+    assert_eq!(exec["status"], "False");
+    assert!(
+        exec["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("spec.behaviors[1].exec.deny") && m.contains("bin/sh")),
+        "{exec}"
+    );
+    let open = find("OpenRulesValid");
+    assert_eq!(
+        (&open["status"], &open["reason"]),
+        (&serde_json::json!("True"), &serde_json::json!("Valid"))
+    );
+    let (status, _, _) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success());
+    cluster
+        .kubectl_ok(&["delete", "rpol", "spec-conditions"])
+        .unwrap();
+}

@@ -137,6 +137,45 @@ fn tally(entries: &[serde_json::Value]) -> BTreeMap<(String, String), (u32, u32)
     t
 }
 
+/// The requests of the daemon's node-scoped pod watch (its LIST and WATCH
+/// with the `spec.nodeName` field selector): when the API server received
+/// each.
+fn pod_watch_requests(entries: &[serde_json::Value]) -> Vec<k8s_openapi::jiff::Timestamp> {
+    entries
+        .iter()
+        .filter(|e| {
+            (e["verb"] == "list" || e["verb"] == "watch")
+                && e["objectRef"]["resource"] == "pods"
+                && e["requestURI"]
+                    .as_str()
+                    .is_some_and(|u| u.contains("spec.nodeName"))
+        })
+        .map(|e| timestamp(e, "requestReceivedTimestamp"))
+        .collect()
+}
+
+/// When the first LIST of RuntimePolicies the API server allowed was
+/// answered in full.
+fn policies_first_listed(entries: &[serde_json::Value]) -> Option<k8s_openapi::jiff::Timestamp> {
+    entries
+        .iter()
+        .filter(|e| {
+            e["verb"] == "list"
+                && e["stage"] == "ResponseComplete"
+                && e["objectRef"]["resource"] == "runtimepolicies"
+                && e["responseStatus"]["code"] == 200
+        })
+        .map(|e| timestamp(e, "stageTimestamp"))
+        .min()
+}
+
+fn timestamp(e: &serde_json::Value, field: &str) -> k8s_openapi::jiff::Timestamp {
+    e[field]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {e}"))
+}
+
 fn setup(cluster: &LocalCluster) {
     namespace(cluster, NS, "team: rbac");
     apply(cluster, &rendered_rbac());
@@ -415,7 +454,8 @@ fn print_tally(title: &str, t: &BTreeMap<(String, String), (u32, u32)>) {
 
 /// One test, because the steps share the cluster-wide ClusterRole: with
 /// the chart's role nothing is refused; without `watch` on pods the daemon
-/// is refused and says so; the role never reads Secrets.
+/// is refused and says so; the role never reads Secrets; without `list` on
+/// RuntimePolicies the daemon never starts its pod watch.
 #[test]
 fn the_chart_role_is_exactly_enough() {
     let cluster = cluster();
@@ -551,6 +591,76 @@ fn the_chart_role_is_exactly_enough() {
     assert!(refused_watch, "no refused watch in the audit log: {t:?}");
     let line = log.iter().find(|l| l.contains("forbidden")).unwrap();
     println!("the daemon's log: {line}");
+
+    // 4. The engine's order, as the API server sees it: the pod watch of
+    //    this node starts only once RuntimePolicies (and Namespaces) have
+    //    been listed, so no pod is matched against a partial policy cache.
+    //    With RuntimePolicies unlistable, the daemon retries the list and
+    //    makes no pod request at all; allowed again, the policies are
+    //    listed first and the pod watch follows.
+    apply(cluster, &rendered_rbac());
+    let mut role: serde_json::Value = get_json(cluster, &["clusterrole", &role_name]).unwrap();
+    let rules = role["rules"].as_array_mut().unwrap();
+    let policy_rule = |r: &serde_json::Value| {
+        r["resources"] == serde_json::json!(["runtimepolicies"])
+            && r["verbs"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|x| x == "list"))
+    };
+    let kept = rules.len();
+    rules.retain(|r| !policy_rule(r));
+    assert_eq!(
+        rules.len() + 1,
+        kept,
+        "the chart's role has no policy list rule: {role}"
+    );
+    role["metadata"] = serde_json::json!({"name": role_name});
+    apply(cluster, &role.to_string());
+    let before = audit_lines();
+    let mut daemon = start_daemon(&kubeconfig, &pins);
+    wait_for(
+        "a refused RuntimePolicy list in the audit log",
+        Duration::from_secs(30),
+        || {
+            audit_since(before)
+                .iter()
+                .any(|e| {
+                    e["objectRef"]["resource"] == "runtimepolicies"
+                        && e["verb"] == "list"
+                        && e["responseStatus"]["code"] == 403
+                })
+                .then_some(())
+        },
+    );
+    // Long enough for a pod watch started at once to show (the other
+    // watches list within milliseconds).
+    std::thread::sleep(Duration::from_secs(3));
+    let refused_window = audit_since(before);
+    let early = pod_watch_requests(&refused_window);
+    println!(
+        "RuntimePolicies unlistable for 3 s: {} pod watch request(s) of this node",
+        early.len()
+    );
+    assert!(
+        early.is_empty(),
+        "the pod watch started before RuntimePolicies were listed: {early:?}"
+    );
+    apply(cluster, &rendered_rbac());
+    daemon.wait_log("pods on this node listed", Duration::from_secs(60));
+    let (status, _, _) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success());
+    std::thread::sleep(Duration::from_secs(1));
+    let entries = audit_since(before);
+    let listed = policies_first_listed(&entries).expect("RuntimePolicies never listed");
+    let started = pod_watch_requests(&entries)
+        .into_iter()
+        .min()
+        .expect("no pod watch of this node's pods");
+    println!("RuntimePolicies listed at {listed}; this node's pod watch started at {started}");
+    assert!(
+        started > listed,
+        "the pod watch started before the policies were listed"
+    );
 
     // Put the chart's role back for whoever runs next.
     apply(cluster, &rendered_rbac());

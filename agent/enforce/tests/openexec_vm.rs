@@ -83,6 +83,9 @@ fn child(args: &[String]) -> ExitCode {
             .map(|_| fs::File::open(path).map(drop))
             .find(|r| r.as_ref().err().and_then(std::io::Error::raw_os_error) != Some(libc_eperm()))
             .unwrap_or_else(|| Err(std::io::Error::from_raw_os_error(libc_eperm()))),
+        // `open-each`: opens `path/0` .. `path/N-1`, `N` the last
+        // component's `.N` suffix (`/dir.17000`): one distinct path each.
+        "open-each" => open_each(path),
         "exec" => exec_status(path).and_then(|ok| {
             if ok {
                 Ok(())
@@ -100,6 +103,17 @@ fn child(args: &[String]) -> ExitCode {
             ExitCode::from(CHILD_ERROR)
         }
     }
+}
+
+fn open_each(dir: &str) -> std::io::Result<()> {
+    let n: u32 = dir
+        .rsplit_once('.')
+        .and_then(|(_, n)| n.parse().ok())
+        .ok_or_else(|| std::io::Error::other("open-each: no .N suffix"))?;
+    for i in 0..n {
+        fs::File::open(format!("{dir}/{i}"))?;
+    }
+    Ok(())
 }
 
 fn libc_eperm() -> i32 {
@@ -386,6 +400,10 @@ const CASES: &[(&str, Case)] = &[
     (
         "the_exec_tracer_reports_the_paths_the_exec_programs_resolved",
         tracer_resolved_paths,
+    ),
+    (
+        "a_full_observation_map_counts_what_it_could_not_hold",
+        observation_map_full,
     ),
 ];
 
@@ -877,6 +895,60 @@ fn denial_storm(env: &Env) -> Result<(), String> {
         format!("{records} records in {windows} windows of {PER_SECOND}"),
     );
     x.check(rate_limited > 0, "the storm was never rate-limited");
+    x.finish()
+}
+
+/// `oe_observations` holds 16,384 keys (KRT_OE_MAX_OBSERVATIONS): a
+/// monitored cgroup opening 17,000 distinct paths between two drains
+/// fills it, and every open it could not hold is `observe_failed` (the
+/// daemon's `events_dropped_total{source="openexec-observe",
+/// reason="map_full"}`): what the drain read plus what was counted as
+/// failed is every open.
+fn observation_map_full(env: &Env) -> Result<(), String> {
+    const OPENS: u32 = 17_000;
+    let dir = format!("{WORK}/many.{OPENS}");
+    fs::create_dir_all(&dir).map_err(|e| format!("{dir}: {e}"))?;
+    // Hard links: distinct paths (bpf_d_path resolves the name opened)
+    // without 17,000 files' worth of data.
+    for i in 0..OPENS {
+        let link = format!("{dir}/{i}");
+        if !Path::new(&link).exists() {
+            fs::hard_link(file("public"), &link).map_err(|e| format!("{link}: {e}"))?;
+        }
+    }
+    let mut m = env.manager(None);
+    let a = env.cgroup("a");
+    policy("p-full", "web", Mode::Monitor)
+        .open(&[], &["*"])
+        .apply(&mut m);
+    add_pod(&mut m, pod("pod-a", "web", &[&a]));
+    let before = m.open_backend().stats().map_err(|e| e.to_string())?;
+    let mut x = Expect::new(env);
+    x.case("monitor", Some(&a), "open-each", &dir, Done);
+    let after = m.open_backend().stats().map_err(|e| e.to_string())?;
+    let failed = after.observe_failed - before.observe_failed;
+    let drained = m.drain();
+    x.check(
+        drained.errors.is_empty(),
+        format!("drain errors: {:?}", drained.errors),
+    );
+    let prefix = format!("{dir}/");
+    let counted: u64 = drained
+        .observations
+        .iter()
+        .filter(|(_, o)| o.cgroup == a.id && o.observed.starts_with(&prefix))
+        .map(|(_, o)| o.count)
+        .sum();
+    println!(
+        "      {OPENS} distinct opens: {counted} counted in the 16384-key map, {failed} observe_failed"
+    );
+    x.check(failed > 0, "the map never refused a key");
+    // Every open counted exactly once: in the map, or as refused by it.
+    x.check(
+        counted + failed == u64::from(OPENS),
+        format!("{counted} counted + {failed} failed for {OPENS} opens"),
+    );
+    let _ = fs::remove_dir_all(&dir);
     x.finish()
 }
 

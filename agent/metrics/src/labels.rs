@@ -40,6 +40,13 @@ pub enum DropReason {
     walk_limit,
     /// The learned-address map refused an address.
     learn_failed,
+    /// A kernel map of per-key counters had no room for a new key: the
+    /// occurrence was not counted anywhere (the open/exec observation map,
+    /// the protocol classifier's decision map, a failed egress insert).
+    map_full,
+    /// The bounded (least-recently-used) egress observation map evicted a
+    /// key before a drain read it: that destination's count was lost.
+    evicted,
 }
 
 /// Why an event source failed (`source_failures_total{reason}`).
@@ -53,6 +60,17 @@ pub enum SourceFailureReason {
     UnexpectedExit,
     /// Something it depends on (the open/exec manager) is unavailable.
     DependencyUnavailable,
+}
+
+/// What the daemon asked of the exec tracer's cgroup gate
+/// (`exec_trace_gate_failures_total{operation}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum GateOperation {
+    /// Letting a cgroup's execs be traced.
+    admit,
+    /// Stopping them.
+    revoke,
 }
 
 /// How a Report write ended (`report_writes_total{result}`).
@@ -135,6 +153,17 @@ pub(crate) struct ResultLabels {
 impl ResultLabels {
     pub(crate) fn new(result: ReportWriteResult) -> Self {
         ResultLabels { result }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct OperationLabels {
+    operation: GateOperation,
+}
+
+impl OperationLabels {
+    pub(crate) fn new(operation: GateOperation) -> Self {
+        OperationLabels { operation }
     }
 }
 

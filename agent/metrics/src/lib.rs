@@ -15,12 +15,12 @@ mod labels;
 mod server;
 
 pub use health::{Health, Unhealthy};
-pub use labels::{DropReason, ReportWriteResult, SourceFailureReason};
+pub use labels::{DropReason, GateOperation, ReportWriteResult, SourceFailureReason};
 pub use server::{serve, ServeError};
 
 use labels::{
-    DropLabels, PolicyBehaviorLabels, PolicyExpressionLabels, ProgramLabels, ResultLabels,
-    SourceKindLabels, SourceLabels, SourceReasonLabels,
+    DropLabels, OperationLabels, PolicyBehaviorLabels, PolicyExpressionLabels, ProgramLabels,
+    ResultLabels, SourceKindLabels, SourceLabels, SourceReasonLabels,
 };
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -46,6 +46,7 @@ pub struct Metrics {
     source_available: Family<SourceLabels, Gauge>,
     source_failures: Family<SourceReasonLabels, Counter>,
     pods_unresolved: Gauge,
+    exec_trace_gate_failures: Family<OperationLabels, Counter>,
     bpf_run_time: Family<ProgramLabels, Counter<f64, AtomicU64>>,
     bpf_run_count: Family<ProgramLabels, Counter>,
     /// The kernel's cumulative (run_time_ns, run_cnt) per program name as
@@ -73,6 +74,7 @@ impl Metrics {
             source_available: Family::default(),
             source_failures: Family::default(),
             pods_unresolved: Gauge::default(),
+            exec_trace_gate_failures: Family::default(),
             bpf_run_time: Family::default(),
             bpf_run_count: Family::default(),
             bpf_last_seen: Mutex::new(HashMap::new()),
@@ -124,6 +126,11 @@ impl Metrics {
             m.pods_unresolved.clone(),
         );
         registry.register(
+            "exec_trace_gate_failures",
+            "Failed admits and revokes of a cgroup in the exec tracer's gate, by operation (each is retried; an unadmitted cgroup's execs are counted without argv)",
+            m.exec_trace_gate_failures.clone(),
+        );
+        registry.register(
             "bpf_program_run_time_seconds",
             "Time the kernel spent running each BPF program (kernel.bpf_stats_enabled)",
             m.bpf_run_time.clone(),
@@ -140,6 +147,13 @@ impl Metrics {
     /// cgroup was not found.
     pub fn set_pods_unresolved(&self, pods: i64) {
         self.pods_unresolved.set(pods);
+    }
+
+    /// An `operation` on the exec tracer's cgroup gate failed.
+    pub fn exec_trace_gate_failure(&self, operation: GateOperation) {
+        self.exec_trace_gate_failures
+            .get_or_create(&OperationLabels::new(operation))
+            .inc();
     }
 
     /// `count` observations from `source` of `kind` entered the collector.

@@ -156,7 +156,8 @@ pub struct PodRef {
     /// The first ownerReference's kind (a ReplicaSet named with the
     /// pod-template-hash reads as its Deployment). **Unverified**.
     pub owner_kind: Option<String>,
-    /// The first ownerReference's name. **Unverified**.
+    /// The first ownerReference's name (the Deployment's, for such a
+    /// ReplicaSet). **Unverified**.
     pub owner_name: Option<String>,
     /// The pod's containers by cgroup id.
     pub containers: BTreeMap<u64, String>,

@@ -11,6 +11,7 @@
 use crate::autogen::ControllerKind;
 use crate::merge::{desired_controller_report, desired_pod_report, desired_report, PodKey, Rollup};
 use crate::owners::Controller;
+use crate::result::OwnerMark;
 use crate::{property, report_result, Behavior, Decision, Finding, PodIdentity, Process};
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -175,7 +176,11 @@ fn a_controller_report_carries_no_secret_and_only_closed_keys() {
 
 #[test]
 fn a_marked_pod_result_keeps_to_the_closed_keys() {
-    for mark in [Some(true), Some(false), None] {
+    let verified = OwnerMark::Verified(crate::owners::NamedOwner {
+        kind: "Deployment".into(),
+        name: "web".into(),
+    });
+    for mark in [Some(&verified), Some(&OwnerMark::Unverified), None] {
         let redacted = secret_finding().redact();
         let pod = PodKey::of(&redacted);
         let findings = BTreeMap::from([(redacted.fingerprint(), redacted)]);

@@ -101,9 +101,11 @@ pub struct PodIdentity {
     /// The kind of the pod's owner (`Deployment` for a ReplicaSet whose
     /// name carries the pod-template-hash), when it has one.
     ///
-    /// **Unverified**: read verbatim from the pod's first ownerReference,
-    /// which anyone who can create or patch the pod may set to anything.
-    /// Correlation metadata, never a security boundary.
+    /// **Unverified**: derived from the pod's first ownerReference, which
+    /// anyone who can create or patch the pod may set to anything.
+    /// Correlation metadata, never a security boundary. On the pod's own
+    /// Report, the owner verified through the API replaces it
+    /// ([`property::OWNER_VERIFIED`](crate::property::OWNER_VERIFIED)).
     pub owner_kind: Option<String>,
     /// The name of the pod's owner, when it has one. **Unverified**, as
     /// [`owner_kind`](Self::owner_kind).

@@ -13,7 +13,7 @@ use crate::name::{controller_report_name, report_name};
 use crate::owners::Controller;
 use crate::result::{
     controller_result, last_seen, object_reference, pod_result, property, stored_pods,
-    stored_stats, typed_reference, MAX_PODS_LISTED, SOURCE,
+    stored_stats, typed_reference, OwnerMark, MAX_PODS_LISTED, SOURCE,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -163,8 +163,8 @@ pub(crate) fn desired_report(
 }
 
 /// The Report for `pod` after merging `findings` (already redacted, keyed by
-/// fingerprint) into `stored`; `owner_verified` is the pod's
-/// [`property::OWNER_VERIFIED`] when it names an owner.
+/// fingerprint) into `stored`; `owner` is what the API said of the owner
+/// the pod names, when it names one ([`property::OWNER_VERIFIED`]).
 ///
 /// - A result is matched by the `fingerprint` property: counts add,
 ///   `firstTimestamp` is the earlier and `lastTimestamp` the later; the
@@ -188,7 +188,7 @@ pub(crate) fn desired_pod_report(
     pod: &PodKey,
     findings: &BTreeMap<Fingerprint, Finding>,
     max_results: usize,
-    owner_verified: Option<bool>,
+    owner: Option<&OwnerMark>,
 ) -> Merged {
     let incoming = findings.iter().map(|(fp, finding)| {
         let build = move |stored: Option<&ReportResult>| {
@@ -202,7 +202,7 @@ pub(crate) fn desired_pod_report(
                     merged.last_observed = merged.last_observed.max(last);
                 }
             }
-            pod_result(&merged, owner_verified)
+            pod_result(&merged, owner)
         };
         (*fp, build)
     });
@@ -1123,7 +1123,7 @@ mod tests {
             &pod(),
             &batch(&[finding("/bin/sh", 1, 1, 1), finding("/bin/ls", 1, 1, 1)]),
             500,
-            Some(false),
+            Some(&OwnerMark::Unverified),
         );
         for r in results(&m.report) {
             assert_eq!(prop(r, property::OWNER_VERIFIED), "false");

@@ -97,15 +97,40 @@ pub(crate) enum Unverified {
     UnsupportedOwner,
 }
 
+/// The owner a pod's own Report names (`ownerKind`, `ownerName`) once its
+/// chain verified: the pod's controller, except that a ReplicaSet a
+/// Deployment controls reads as that Deployment, as the specification
+/// derives it (there from the ReplicaSet's name; here from its verified
+/// controller reference).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NamedOwner {
+    pub kind: String,
+    pub name: String,
+}
+
+impl NamedOwner {
+    fn of(kind: &str, reference: &OwnerReference) -> NamedOwner {
+        NamedOwner {
+            kind: kind.to_string(),
+            name: reference.name.clone(),
+        }
+    }
+}
+
 /// What the API says about a pod's owners.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Chain {
     /// The pod has no ownerReferences.
     NoOwner,
-    /// Every link verified. The roll-up candidates, nearest first:
-    /// `[Job, CronJob]`, `[Deployment]`, or none for a ReplicaSet without
-    /// a Deployment (a bare ReplicaSet is never a roll-up target).
-    Verified(Vec<Controller>),
+    /// Every link verified.
+    Verified {
+        /// The owner the pod's Report names.
+        owner: NamedOwner,
+        /// The roll-up candidates, nearest first: `[Job, CronJob]`,
+        /// `[Deployment]`, or none for a ReplicaSet without a Deployment (a
+        /// bare ReplicaSet is never a roll-up target).
+        rollup: Vec<Controller>,
+    },
     /// The pod names an owner that does not verify.
     Unverified(Unverified),
 }
@@ -224,30 +249,39 @@ pub(crate) async fn resolve(
             }
         };
     }
-    let chain = match (group(&reference.api_version), reference.kind.as_str()) {
+    let (owner, rollup) = match (group(&reference.api_version), reference.kind.as_str()) {
         ("apps", "ReplicaSet") => {
             let rs = verify!(ObjKind::ReplicaSet, reference, labels);
             match controller_ref(&rs.owners) {
                 Some(d) if group(&d.api_version) == "apps" && d.kind == "Deployment" => {
                     verify!(ObjKind::Deployment, d, labels);
-                    vec![controller(ControllerKind::Deployment, namespace, d)]
+                    (
+                        NamedOwner::of("Deployment", d),
+                        vec![controller(ControllerKind::Deployment, namespace, d)],
+                    )
                 }
                 // A bare ReplicaSet, or one managed by something else: the
                 // link verified, and there is nothing to roll up to.
-                _ => Vec::new(),
+                _ => (NamedOwner::of("ReplicaSet", reference), Vec::new()),
             }
         }
         ("apps", "StatefulSet") => {
             verify!(ObjKind::StatefulSet, reference, labels);
-            vec![controller(
-                ControllerKind::StatefulSet,
-                namespace,
-                reference,
-            )]
+            (
+                NamedOwner::of("StatefulSet", reference),
+                vec![controller(
+                    ControllerKind::StatefulSet,
+                    namespace,
+                    reference,
+                )],
+            )
         }
         ("apps", "DaemonSet") => {
             verify!(ObjKind::DaemonSet, reference, labels);
-            vec![controller(ControllerKind::DaemonSet, namespace, reference)]
+            (
+                NamedOwner::of("DaemonSet", reference),
+                vec![controller(ControllerKind::DaemonSet, namespace, reference)],
+            )
         }
         ("batch", "Job") => {
             let job = verify!(ObjKind::Job, reference, labels);
@@ -260,11 +294,11 @@ pub(crate) async fn resolve(
                     chain.push(controller(ControllerKind::CronJob, namespace, c));
                 }
             }
-            chain
+            (NamedOwner::of("Job", reference), chain)
         }
         _ => return Ok(Chain::Unverified(UnsupportedOwner)),
     };
-    Ok(Chain::Verified(chain))
+    Ok(Chain::Verified { owner, rollup })
 }
 
 /// An object by kind, namespace and name.
@@ -469,6 +503,13 @@ mod tests {
 
     use std::future::Future as _;
 
+    fn named(kind: &str, name: &str) -> NamedOwner {
+        NamedOwner {
+            kind: kind.into(),
+            name: name.into(),
+        }
+    }
+
     fn ctrl(kind: ControllerKind, name: &str, uid: &str) -> Controller {
         Controller {
             kind,
@@ -483,7 +524,10 @@ mod tests {
         let t = deployment();
         assert_eq!(
             resolve_now(&t, "web-5d9-a", "pod-uid"),
-            Chain::Verified(vec![ctrl(ControllerKind::Deployment, "web", "d-uid")])
+            Chain::Verified {
+                owner: named("Deployment", "web"),
+                rollup: vec![ctrl(ControllerKind::Deployment, "web", "d-uid")]
+            }
         );
         assert_eq!(
             *t.reads.borrow(),
@@ -569,7 +613,10 @@ mod tests {
                         .owners
                         .clear()
                 },
-                Chain::Verified(vec![]),
+                Chain::Verified {
+                    owner: named("ReplicaSet", "web-5d9"),
+                    rollup: vec![],
+                },
             ),
         ];
         for (i, (what, change, want)) in cases.into_iter().enumerate() {
@@ -613,10 +660,13 @@ mod tests {
         t.objects.insert((ObjKind::Pod, "nightly-29-x".into()), pod);
         assert_eq!(
             resolve_now(&t, "nightly-29-x", "pod-uid"),
-            Chain::Verified(vec![
-                ctrl(ControllerKind::Job, "nightly-29", "job-uid"),
-                ctrl(ControllerKind::CronJob, "nightly", "cj-uid"),
-            ])
+            Chain::Verified {
+                owner: named("Job", "nightly-29"),
+                rollup: vec![
+                    ctrl(ControllerKind::Job, "nightly-29", "job-uid"),
+                    ctrl(ControllerKind::CronJob, "nightly", "cj-uid"),
+                ]
+            }
         );
         // A Job whose CronJob is another object of the same name.
         t.objects

@@ -56,8 +56,9 @@ use crate::finding::{is_dns1123_subdomain, Finding, Fingerprint};
 use crate::merge::{
     desired_controller_report, desired_pod_report, Merged, PodKey, Rollup, Subject,
 };
-use crate::owners::{self, Chain, Controller, Owners};
+use crate::owners::{self, Chain, Controller, NamedOwner, Owners};
 use crate::policies::{Policies, PolicyState};
+use crate::result::OwnerMark;
 use crate::sanitize::sanitize;
 use kube::api::{Api, PostParams};
 use kyverno_runtime_api::openreports::Report;
@@ -419,11 +420,14 @@ impl Drop for Pending<'_> {
 enum Route {
     /// The pod's own Report, with its
     /// [`property::OWNER_VERIFIED`](crate::property::OWNER_VERIFIED) mark.
-    Pod(Option<bool>),
+    Pod(Option<OwnerMark>),
     /// Its verified controllers, nearest first: each finding goes to the
     /// top-most one its policy rolls up to, else stays on the pod's Report
-    /// (marked verified).
-    Controllers(Vec<Controller>),
+    /// (naming the verified `owner`).
+    Controllers {
+        owner: NamedOwner,
+        chain: Vec<Controller>,
+    },
     /// The API failed in a way worth retrying: keep the findings for the
     /// next flush rather than put them on the wrong Report.
     Retry,
@@ -698,7 +702,7 @@ impl Reporter {
             let count = findings.len();
             let (subject, result) = match &dest {
                 Dest::Pod(pod) => {
-                    let mark = marks.get(pod).copied().flatten();
+                    let mark = marks.get(pod);
                     let max = self.shared.max_results;
                     let result = self
                         .write(Subject::Pod(pod), |stored| {
@@ -775,9 +779,12 @@ impl Reporter {
                 Ok(Chain::NoOwner) => Route::Pod(None),
                 Ok(Chain::Unverified(why)) => {
                     tracing::debug!(namespace = %pod.namespace, pod = %pod.name, reason = ?why, "the pod's claimed owner did not verify; its findings stay on its Report");
-                    Route::Pod(Some(false))
+                    Route::Pod(Some(OwnerMark::Unverified))
                 }
-                Ok(Chain::Verified(chain)) => {
+                Ok(Chain::Verified {
+                    owner,
+                    rollup: chain,
+                }) => {
                     // What a Report can name as its scope: a controller
                     // whose identity the chokepoint would alter is not
                     // addressable (no real one is like that).
@@ -790,12 +797,12 @@ impl Reporter {
                         })
                         .collect();
                     if chain.is_empty() {
-                        Route::Pod(Some(true))
+                        Route::Pod(Some(OwnerMark::Verified(owner)))
                     } else {
                         for f in findings.values() {
                             wanted.insert(f.policy_uid.clone(), f.policy.clone());
                         }
-                        Route::Controllers(chain)
+                        Route::Controllers { owner, chain }
                     }
                 }
                 Err(e) if is_retryable(&e) => {
@@ -804,7 +811,7 @@ impl Reporter {
                 }
                 Err(e) => {
                     tracing::warn!(namespace = %pod.namespace, pod = %pod.name, error = %e, "reading the pod's owners was refused; its findings stay on its Report, marked unverified (does the ClusterRole grant get on pods and their controllers?)");
-                    Route::Pod(Some(false))
+                    Route::Pod(Some(OwnerMark::Unverified))
                 }
             };
             routes.insert(pod.clone(), route);
@@ -837,7 +844,7 @@ impl Reporter {
         pending: &mut Pending<'_>,
         routes: HashMap<PodKey, Route>,
         settings: &HashMap<String, Setting>,
-    ) -> HashMap<PodKey, Option<bool>> {
+    ) -> HashMap<PodKey, OwnerMark> {
         let mut marks = HashMap::new();
         let mut retry = Vec::new();
         let mut deleted = 0u64;
@@ -851,13 +858,17 @@ impl Reporter {
                     continue;
                 }
                 Route::Pod(mark) => {
-                    marks.insert(pod.clone(), mark);
+                    if let Some(mark) = mark {
+                        marks.insert(pod.clone(), mark);
+                    }
                     pending.groups.insert(Dest::Pod(pod), findings);
                     continue;
                 }
-                Route::Controllers(chain) => chain,
+                Route::Controllers { owner, chain } => {
+                    marks.insert(pod.clone(), OwnerMark::Verified(owner));
+                    chain
+                }
             };
-            marks.insert(pod.clone(), Some(true));
             let mut later = BTreeMap::new();
             for (fingerprint, finding) in findings {
                 let dest = match settings.get(&finding.policy_uid) {

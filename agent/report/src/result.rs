@@ -10,6 +10,7 @@
 //! material, so it is the one value that does not pass through it.
 
 use crate::finding::{Behavior, Finding, Fingerprint, PodIdentity};
+use crate::owners::NamedOwner;
 use crate::sanitize::sanitize;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff;
@@ -48,10 +49,15 @@ pub mod property {
     /// A DNS finding's queried name (the same as `target`; the name the
     /// original writer gave it).
     pub const DNS_NAME: &str = "dnsName";
-    /// The pod owner's kind, when it has one. **Unverified**: read from the
-    /// pod's ownerReferences, which whoever creates the pod controls.
+    /// The pod owner's kind, when it has one: its controller, or, for a
+    /// ReplicaSet a Deployment controls, `Deployment`. With
+    /// [`OWNER_VERIFIED`] `"true"` it is the owner the API verified;
+    /// otherwise it is what the pod's ownerReferences claim (which whoever
+    /// creates the pod controls), a ReplicaSet named with the pod's
+    /// pod-template-hash read as its Deployment.
     pub const OWNER_KIND: &str = "ownerKind";
-    /// The pod owner's name, when it has one. **Unverified**, as `ownerKind`.
+    /// The pod owner's name, when it has one; verified or claimed, as
+    /// `ownerKind`.
     pub const OWNER_NAME: &str = "ownerName";
     /// The pid of the latest occurrence's process, when the kernel named it.
     pub const PID: &str = "pid";
@@ -62,9 +68,10 @@ pub mod property {
 
     /// On a pod's result, when the pod names an owner: `"true"` when its
     /// controller chain was verified through the API (the finding stayed
-    /// on the pod because the policy does not roll up to that kind),
-    /// `"false"` when it was not (the owner does not exist with that uid,
-    /// does not select the pod, or is of a kind that is not resolved).
+    /// on the pod because the policy does not roll up to that kind), and
+    /// `ownerKind`/`ownerName` then name the verified owner; `"false"` when
+    /// it was not (the owner does not exist with that uid, does not select
+    /// the pod, or is of a kind that is not resolved).
     pub const OWNER_VERIFIED: &str = "ownerVerified";
     /// On a controller's result: how many distinct pods it was seen on
     /// (the result's `resources` list the most recent of them).
@@ -122,9 +129,19 @@ pub fn report_result(finding: &Finding) -> ReportResult {
     pod_result(finding, None)
 }
 
+/// What the API said about the owner a pod names, for its own Report's
+/// results ([`property::OWNER_VERIFIED`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum OwnerMark {
+    /// The chain verified: the results name this owner.
+    Verified(NamedOwner),
+    /// It did not: the results keep what the finding claims.
+    Unverified,
+}
+
 /// [`report_result`], with the pod's owner verification when it names an
 /// owner ([`property::OWNER_VERIFIED`]).
-pub(crate) fn pod_result(finding: &Finding, owner_verified: Option<bool>) -> ReportResult {
+pub(crate) fn pod_result(finding: &Finding, mark: Option<&OwnerMark>) -> ReportResult {
     let redacted = finding.clone().redact();
     let fingerprint = redacted.fingerprint_of_redacted();
     // Exhaustive: a field added to Finding must be decided here too.
@@ -171,6 +188,10 @@ pub(crate) fn pod_result(finding: &Finding, owner_verified: Option<bool>) -> Rep
     if behavior == Behavior::Dns {
         text(property::DNS_NAME, &target);
     }
+    let (owner_kind, owner_name) = match mark {
+        Some(OwnerMark::Verified(owner)) => (Some(owner.kind.clone()), Some(owner.name.clone())),
+        _ => (owner_kind, owner_name),
+    };
     if let Some(kind) = &owner_kind {
         text(property::OWNER_KIND, kind);
     }
@@ -184,7 +205,8 @@ pub(crate) fn pod_result(finding: &Finding, owner_verified: Option<bool>) -> Rep
             text(property::ARGV, &argv.join(" "));
         }
     }
-    if let Some(verified) = owner_verified {
+    if let Some(mark) = mark {
+        let verified = matches!(mark, OwnerMark::Verified(_));
         text(
             property::OWNER_VERIFIED,
             if verified { "true" } else { "false" },
@@ -550,6 +572,34 @@ mod tests {
     }
 
     #[test]
+    fn a_verified_owner_is_named_as_the_api_has_it_and_a_claim_as_claimed() {
+        let mut f = finding(Behavior::Exec, true);
+        f.pod.owner_kind = Some("ReplicaSet".into());
+        f.pod.owner_name = Some("web-5d9".into());
+        let owner = |mark: Option<&OwnerMark>| {
+            let props = pod_result(&f, mark).properties.unwrap();
+            (
+                props[property::OWNER_KIND].clone(),
+                props[property::OWNER_NAME].clone(),
+                props.get(property::OWNER_VERIFIED).cloned(),
+            )
+        };
+        let verified = OwnerMark::Verified(NamedOwner {
+            kind: "Deployment".into(),
+            name: "web".into(),
+        });
+        assert_eq!(
+            owner(Some(&verified)),
+            ("Deployment".into(), "web".into(), Some("true".into()))
+        );
+        assert_eq!(
+            owner(Some(&OwnerMark::Unverified)),
+            ("ReplicaSet".into(), "web-5d9".into(), Some("false".into()))
+        );
+        assert_eq!(owner(None), ("ReplicaSet".into(), "web-5d9".into(), None));
+    }
+
+    #[test]
     fn property_keys_are_the_closed_set() {
         for behavior in Behavior::ALL {
             let mut f = finding(behavior, true);
@@ -560,11 +610,15 @@ mod tests {
                 assert!(property::ALL.contains(&key.as_str()), "{key}");
             }
         }
-        for mark in [true, false] {
-            let props = pod_result(&finding(Behavior::Exec, true), Some(mark))
+        let verified = OwnerMark::Verified(NamedOwner {
+            kind: "Deployment".into(),
+            name: "web".into(),
+        });
+        for (mark, shown) in [(verified, "true"), (OwnerMark::Unverified, "false")] {
+            let props = pod_result(&finding(Behavior::Exec, true), Some(&mark))
                 .properties
                 .unwrap();
-            assert_eq!(props[property::OWNER_VERIFIED], mark.to_string());
+            assert_eq!(props[property::OWNER_VERIFIED], shown);
             for key in props.keys() {
                 assert!(property::ALL.contains(&key.as_str()), "{key}");
             }

@@ -7,7 +7,8 @@
 //!
 //! - a 20-pod Deployment whose findings two reporters (two nodes) write
 //!   has exactly one Report, on the Deployment, with the exact sums and no
-//!   pod Reports (and 20 pod Reports under `autogen-controllers: none`);
+//!   pod Reports (and 20 pod Reports under `autogen-controllers: none`,
+//!   each naming the Deployment as the pod's verified owner);
 //! - `StatefulSet` alone rolls up only StatefulSets, `all` the others too;
 //!   a CronJob's Job pods roll up to the CronJob, `Job` alone to the Job;
 //! - a pod claiming an owner it does not have (wrong uid, selector not
@@ -308,7 +309,13 @@ async fn twenty_pods_one_report_with_roll_up_twenty_without() {
         let r = result_of(report, policy.0, "/bin/sh");
         assert_eq!(prop(r, property::COUNT), "1");
         assert_eq!(prop(r, property::OWNER_VERIFIED), "true");
-        assert_eq!(prop(r, property::OWNER_KIND), "ReplicaSet");
+        // The finding claims the ReplicaSet (the pod's ownerReference);
+        // the verified owner is the ReplicaSet's controller, the
+        // Deployment, and that is what the result names.
+        assert_eq!(
+            (prop(r, property::OWNER_KIND), prop(r, property::OWNER_NAME)),
+            ("Deployment", "web")
+        );
     }
     let per_pod = stored.len();
 

@@ -116,6 +116,36 @@ pub fn labels(pod: &Pod) -> BTreeMap<String, String> {
     pod.metadata.labels.clone().unwrap_or_default()
 }
 
+/// The owner a finding names for `pod` (`ownerKind`, `ownerName`), as the
+/// specification derives it: the first ownerReference, except that a
+/// ReplicaSet whose name is the pod's `pod-template-hash` label appended
+/// to a name (`web-5d9c8` for hash `5d9c8`) is a Deployment's, and reads as
+/// that Deployment (`web`). Read from the pod alone, so it needs no RBAC
+/// and is **unverified**: the Report writer verifies the chain through the
+/// API and names the verified owner on the pod's Report.
+pub fn owner(pod: &Pod) -> Option<(String, String)> {
+    let first = pod.metadata.owner_references.as_ref()?.first()?;
+    if first.kind == "ReplicaSet" {
+        let hash = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("pod-template-hash"))
+            .filter(|h| !h.is_empty());
+        let deployment = hash.and_then(|h| {
+            first
+                .name
+                .strip_suffix(h.as_str())?
+                .strip_suffix('-')
+                .filter(|d| !d.is_empty())
+        });
+        if let Some(deployment) = deployment {
+            return Some(("Deployment".to_string(), deployment.to_string()));
+        }
+    }
+    Some((first.kind.clone(), first.name.clone()))
+}
+
 /// Parses a Go duration as Kubernetes writes one (`metav1.Duration`:
 /// `30s`, `1m30s`, `500ms`, `1.5h`), which is also what the flags take.
 /// Zero and negative durations are refused: an interval of zero would spin.
@@ -164,6 +194,63 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
     use rstest::rstest;
+
+    fn owned_pod(kind: &str, owner: &str, hash: Option<&str>) -> Pod {
+        let mut labels = serde_json::json!({"app": "web"});
+        if let Some(h) = hash {
+            labels["pod-template-hash"] = h.into();
+        }
+        serde_json::from_value(serde_json::json!({"metadata": {
+            "name": "p", "labels": labels,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": owner,
+                                 "uid": "u", "controller": true}],
+        }}))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[rstest]
+    #[case::a_deployments_replicaset("ReplicaSet", "web-5d9c8", Some("5d9c8"), "Deployment", "web")]
+    #[case::a_dashed_deployment_name(
+        "ReplicaSet",
+        "my-web-5d9c8",
+        Some("5d9c8"),
+        "Deployment",
+        "my-web"
+    )]
+    #[case::a_bare_replicaset("ReplicaSet", "web", None, "ReplicaSet", "web")]
+    #[case::a_hash_that_is_not_the_suffix(
+        "ReplicaSet",
+        "web-5d9c8",
+        Some("77777"),
+        "ReplicaSet",
+        "web-5d9c8"
+    )]
+    #[case::only_the_hash("ReplicaSet", "-5d9c8", Some("5d9c8"), "ReplicaSet", "-5d9c8")]
+    #[case::no_dash_before_the_hash(
+        "ReplicaSet",
+        "web5d9c8",
+        Some("5d9c8"),
+        "ReplicaSet",
+        "web5d9c8"
+    )]
+    #[case::a_statefulset("StatefulSet", "db", Some("x"), "StatefulSet", "db")]
+    fn the_owner_is_the_first_reference_and_a_deployment_for_its_replicaset(
+        #[case] kind: &str,
+        #[case] name: &str,
+        #[case] hash: Option<&str>,
+        #[case] want_kind: &str,
+        #[case] want_name: &str,
+    ) {
+        assert_eq!(
+            owner(&owned_pod(kind, name, hash)),
+            Some((want_kind.to_string(), want_name.to_string()))
+        );
+    }
+
+    #[test]
+    fn a_pod_without_owners_has_none() {
+        assert_eq!(owner(&Pod::default()), None);
+    }
 
     #[rstest]
     #[case("30s", 30_000)]

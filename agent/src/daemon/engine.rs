@@ -11,8 +11,8 @@
 mod observe;
 
 pub use observe::{
-    denial_event, dns_event, exec_events, Plane, DENIALS_SOURCE, DNS_SOURCE, EGRESS_SOURCE,
-    EXEC_TRACE_SOURCE, OPENEXEC_SOURCE,
+    denial_event, dns_event, exec_events, ExecGate, Plane, DENIALS_SOURCE, DNS_SOURCE,
+    EGRESS_SOURCE, EXEC_TRACE_SOURCE, OPENEXEC_SOURCE,
 };
 
 use super::convert::{self, kernel_mode};
@@ -138,7 +138,8 @@ struct PodState {
     namespace: String,
     name: String,
     labels: BTreeMap<String, String>,
-    /// The first ownerReference, as the pod claims it (unverified).
+    /// The owner findings name ([`convert::owner`]: a Deployment for its
+    /// ReplicaSet's pods), as the pod claims it (unverified).
     owner: Option<(String, String)>,
     cgroups: PodCgroups,
 }
@@ -212,6 +213,9 @@ pub struct Engine {
     /// The DNS answer snooper's counters at the last look (they are
     /// cumulative; metrics take the deltas).
     snoop_seen: SnoopStats,
+    /// The kernel's loss counters at the last poll (see
+    /// [`observe::Losses`]).
+    losses: observe::Losses,
     /// Fetches policies' data sources (`None`: no data, so a policy
     /// reading one fails to evaluate, saying so).
     fetcher: Option<Arc<Fetcher>>,
@@ -256,8 +260,10 @@ impl Engine {
             failures: BTreeMap::new(),
             rejections: BTreeMap::new(),
             snoop_seen: SnoopStats::default(),
+            losses: observe::Losses::default(),
             fetcher: None,
         }
+        .with_loss_baselines()
     }
 
     /// Fetches data sources with `fetcher` from now on.
@@ -384,8 +390,10 @@ impl Engine {
         self.refresh_reports();
     }
 
-    /// Re-evaluates every policy whose `evaluationInterval` has come due.
+    /// Re-evaluates every policy whose `evaluationInterval` has come due,
+    /// and retries the exec tracer's gate operations that failed.
     pub fn evaluate_due(&mut self, now: Instant) {
+        self.retry_exec_trace(now);
         let due: Vec<String> = self
             .policies
             .values()
@@ -406,6 +414,7 @@ impl Engine {
         self.policies
             .values()
             .filter_map(|p| p.next_evaluation)
+            .chain(self.plane.gate_retry_due())
             .min()
     }
 
@@ -578,11 +587,57 @@ impl Engine {
                 .extend(outcome.rejections.iter().map(ToString::to_string));
             failures.extend(outcome.failures.iter().map(ToString::to_string));
         }
+        self.parse_unserved(mode, &result, &mut rejections);
         for f in &failures {
             tracing::error!(policy = %name, failure = %f, "programming the policy failed");
         }
         self.failures.insert(uid.clone(), failures);
         self.rejections.insert(uid, rejections);
+    }
+
+    /// Parses the values of the behaviors no manager of this node took
+    /// (its backend is unavailable here) with the managers' own compile
+    /// functions, so TargetsValid, OpenRulesValid and ExecRulesValid, which
+    /// every node writes verbatim, give the same answer on a node that
+    /// cannot serve a behavior as on one that can. (One part of
+    /// TargetsValid stays the node's: a domain is refused where the DNS
+    /// answer snooper is, since it cannot be served there.)
+    fn parse_unserved(
+        &self,
+        mode: kyverno_runtime_enforce::openexec::Mode,
+        result: &EvaluationResult,
+        into: &mut Rejections,
+    ) {
+        use kyverno_runtime_enforce::{dns, egress, openexec, protocol};
+        let lists = |kind| convert::lists(result, kind);
+        if self.openexec.get_ref().is_none() {
+            let (_, open) = openexec::compile_paths(mode, lists(BehaviorKind::Open).as_ref());
+            into.open.extend(open.iter().map(ToString::to_string));
+            let (_, exec) = openexec::compile_paths(mode, lists(BehaviorKind::Exec).as_ref());
+            into.exec.extend(exec.iter().map(ToString::to_string));
+        }
+        if self.egress.get_ref().is_none() {
+            let services = kyverno_runtime_enforce::names::ServiceAddresses::new();
+            let names = egress::NameContext {
+                services: &services,
+                domains: Ok(()),
+            };
+            let compiled =
+                egress::compile_network(mode, lists(BehaviorKind::Network).as_ref(), &names);
+            into.network
+                .extend(compiled.rejections.iter().map(ToString::to_string));
+        }
+        if self.protocol.get_ref().is_none() {
+            let (_, refused) =
+                protocol::compile_protocol(mode, lists(BehaviorKind::Protocol).as_ref());
+            into.network.extend(refused.iter().map(ToString::to_string));
+        }
+        if self.dns.get_ref().is_none() {
+            if let Some(l) = lists(BehaviorKind::Dns) {
+                let (_, refused) = dns::NameMatcher::compile(&l);
+                into.network.extend(refused.iter().map(ToString::to_string));
+            }
+        }
     }
 
     // ---- namespaces and pods --------------------------------------------------------
@@ -648,12 +703,7 @@ impl Engine {
             .pods
             .get(&uid)
             .map(|p| (p.labels.clone(), p.cgroups.ids()));
-        let owner = pod
-            .metadata
-            .owner_references
-            .as_ref()
-            .and_then(|o| o.first())
-            .map(|o| (o.kind.clone(), o.name.clone()));
+        let owner = convert::owner(pod);
         let state = PodState {
             namespace,
             name,
@@ -1166,179 +1216,4 @@ fn bounded(s: &str, max: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The engine's bookkeeping with no kernel backend (both slots
-    //! unavailable): what it reports, when it re-evaluates, what it skips.
-    use super::*;
-    use kyverno_runtime_api::runtimepolicy::RuntimePolicySpec;
-
-    fn engine() -> (Engine, Reports, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let reports = Reports::new();
-        let resolver =
-            CgroupResolver::new(Some(dir.path().to_path_buf())).unwrap_or_else(|e| panic!("{e}"));
-        let engine = Engine::new(Parts {
-            node: "n1".into(),
-            backends: Vec::new(),
-            openexec: Slot::Unavailable("no LSM here".into()),
-            egress: Slot::Unavailable("no cgroup v2 here".into()),
-            protocol: Slot::Unavailable("no classifier here".into()),
-            dns: Slot::Unavailable("no observer here".into()),
-            resolver,
-            reports: reports.clone(),
-            metrics: Arc::new(Metrics::new()),
-            plane: Plane {
-                index: Arc::new(kyverno_runtime_plane::Index::new(None, "/proc", None)),
-                monitor: Arc::new(kyverno_runtime_plane::Monitor::new(Vec::new(), None)),
-                tracer: None,
-                sources: kyverno_runtime_plane::SourceStates::default(),
-            },
-        });
-        (engine, reports, dir)
-    }
-
-    fn policy(name: &str, generation: i64, spec: serde_json::Value) -> RuntimePolicy {
-        let spec: RuntimePolicySpec =
-            serde_json::from_value(spec).unwrap_or_else(|e| panic!("{e}"));
-        let mut rp = RuntimePolicy::new(name, spec);
-        rp.metadata.uid = Some(format!("uid-{name}"));
-        rp.metadata.generation = Some(generation);
-        rp
-    }
-
-    fn pod(ns: &str, name: &str, labels: &[(&str, &str)]) -> Pod {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
-                         "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()},
-            "status": {"phase": "Running"}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn namespace(name: &str, labels: &[(&str, &str)]) -> Namespace {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name,
-                         "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn report(reports: &Reports, name: &str) -> NodeReport {
-        reports
-            .snapshot()
-            .into_iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, r)| r)
-            .unwrap_or_else(|| panic!("no report for {name}"))
-    }
-
-    #[test]
-    fn an_unavailable_backend_is_reported_with_its_reason() {
-        let (mut e, reports, _dir) = engine();
-        e.apply_policy(&policy(
-            "p",
-            1,
-            serde_json::json!({"mode": "enforce", "podSelector": {},
-            "behaviors": [{"exec": {"deny": {"values": ["/bin/sh"]}}}]}),
-        ));
-        let r = report(&reports, "p");
-        assert_eq!(r.shard.enforcement_available, Some(false));
-        assert_eq!(r.shard.message.as_deref(), Some("exec: no LSM here"));
-        assert_eq!(r.shard.pods_matched, Some(false));
-        assert_eq!(r.active_behaviors, ["exec"]);
-    }
-
-    #[test]
-    fn a_compile_failure_is_reported_and_programs_nothing() {
-        let (mut e, reports, _dir) = engine();
-        e.apply_policy(&policy(
-            "bad",
-            1,
-            serde_json::json!({"mode": "monitor",
-            "behaviors": [{"open": {"deny": {"expression": "1 + 2"}}}]}),
-        ));
-        let r = report(&reports, "bad");
-        let message = r.compile_error.unwrap_or_default();
-        assert!(
-            message.contains("spec.behaviors[0].open.deny.expression"),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn pods_matched_follows_pods_and_namespace_relabels() {
-        let (mut e, reports, _dir) = engine();
-        e.apply_namespace(&namespace("a", &[]));
-        e.apply_policy(&policy(
-            "p",
-            1,
-            serde_json::json!({"mode": "monitor",
-            "namespaceSelector": {"matchLabels": {"team": "x"}},
-            "behaviors": [{"network": {"deny": {"values": ["10.0.0.0/8"]}}}]}),
-        ));
-        e.apply_pod(&pod("a", "web", &[("app", "web")]));
-        assert_eq!(report(&reports, "p").shard.pods_matched, Some(false));
-        e.apply_namespace(&namespace("a", &[("team", "x")]));
-        assert_eq!(report(&reports, "p").shard.pods_matched, Some(true));
-        let mut finished = pod("a", "web", &[("app", "web")]);
-        finished.status = serde_json::from_value(serde_json::json!({"phase": "Succeeded"})).ok();
-        e.apply_pod(&finished);
-        assert_eq!(report(&reports, "p").shard.pods_matched, Some(false));
-    }
-
-    #[test]
-    fn a_policy_reading_data_with_nothing_to_fetch_it_says_it_needs_live_data() {
-        let (mut e, reports, _dir) = engine();
-        e.apply_policy(&policy(
-            "p",
-            1,
-            serde_json::json!({"mode": "monitor", "evaluationInterval": "30s",
-            "behaviors": [{"network": {"deny": {"expression":
-                "resource.get('v1', 'configmaps', 'd', 'c').data.hosts.split(',')"}}}]}),
-        ));
-        let r = report(&reports, "p");
-        let message = r.shard.message.unwrap_or_default();
-        assert!(
-            message.contains("evaluation failed: spec.behaviors[0].network.deny.expression: needs live data: resource.get(\"v1\", \"configmaps\", \"d\", \"c\")"),
-            "{message}"
-        );
-        assert_eq!(r.shard.observation_available, Some(false));
-    }
-
-    #[test]
-    fn only_a_spec_change_recompiles_and_the_interval_schedules_reevaluation() {
-        let (mut e, reports, _dir) = engine();
-        let spec = serde_json::json!({"mode": "monitor", "evaluationInterval": "90s",
-            "behaviors": [{"network": {"deny": {"values": ["10.0.0.0/8"]}}}]});
-        e.apply_policy(&policy("p", 1, spec.clone()));
-        let first = report(&reports, "p").shard.last_evaluated_time;
-        let due = e
-            .next_due()
-            .unwrap_or_else(|| panic!("no re-evaluation scheduled"));
-        let wait = due.saturating_duration_since(Instant::now());
-        assert!(
-            wait > Duration::from_secs(80) && wait <= Duration::from_secs(90),
-            "{wait:?}"
-        );
-        // A status write bumps resourceVersion, not generation: no recompile.
-        e.apply_policy(&policy("p", 1, spec.clone()));
-        assert_eq!(e.next_due(), Some(due));
-        // Not due yet: nothing happens.
-        e.evaluate_due(Instant::now());
-        assert_eq!(e.next_due(), Some(due));
-        // Due: evaluated again and rescheduled.
-        e.evaluate_due(due);
-        assert!(e.next_due().is_some_and(|d| d > due));
-        assert!(report(&reports, "p").shard.last_evaluated_time >= first);
-        // A new generation recompiles (and a dropped interval unschedules).
-        e.apply_policy(&policy(
-            "p",
-            2,
-            serde_json::json!({"mode": "monitor",
-            "behaviors": [{"network": {"deny": {"values": ["10.0.0.0/8"]}}}]}),
-        ));
-        assert_eq!(e.next_due(), None);
-        e.delete_policy("p");
-        assert!(reports.snapshot().is_empty());
-    }
-}
+mod tests;

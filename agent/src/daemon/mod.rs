@@ -642,7 +642,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         plane: engine::Plane {
             index,
             monitor,
-            tracer: tracer.clone(),
+            tracer: tracer.clone().map(|t| -> Arc<dyn engine::ExecGate> { t }),
             sources: collector.states(),
         },
     })));

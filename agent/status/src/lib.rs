@@ -230,10 +230,21 @@ fn pods_matched(view: &PolicyView<'_>) -> Option<Derived> {
     })
 }
 
+/// Whether placement is known and no longer puts the daemon on the
+/// shard's node (a taint, a changed nodeSelector): the node still exists,
+/// so its shard stays (only a Node deletion prunes it), but its last word
+/// on event sources is no longer news about the cluster.
+fn departed(view: &PolicyView<'_>, shard: &NodePolicyStatus) -> bool {
+    view.expected_nodes
+        .is_some_and(|expected| !expected.contains(&shard.node_name))
+}
+
 /// EventSourcesAvailable for a monitor policy: False if any required source
-/// failed on any node, Unknown while a required source or node has not
-/// reported, True when every expected node reports every required source
-/// available. `None` when the policy needs no source.
+/// failed on any node the daemon is placed on, Unknown while a required
+/// source or node has not reported, True when every expected node reports
+/// every required source available. A node whose daemon is known to have
+/// departed (see [`departed`]) is left out. `None` when the policy needs
+/// no source.
 fn event_sources(view: &PolicyView<'_>) -> Option<Derived> {
     if view.mode != Some(RuntimePolicyMode::Monitor) {
         return None;
@@ -248,7 +259,7 @@ fn event_sources(view: &PolicyView<'_>) -> Option<Derived> {
     }
     let mut failed = Vec::new();
     let mut pending = Vec::new();
-    for shard in view.shards {
+    for shard in view.shards.iter().filter(|s| !departed(view, s)) {
         for source in &required {
             match shard.event_sources.iter().find(|e| e.name == *source) {
                 Some(e) if e.state == EventSourceState::Failed => failed.push(format!(

@@ -215,6 +215,46 @@ fn monitor_policies_depend_on_the_sources_of_their_active_behaviors() {
 }
 
 #[test]
+fn a_node_the_daemon_departed_no_longer_decides_event_sources() {
+    let mut a = shard("a", None, Some(true), Some(true));
+    a.event_sources = sources(&[("egress-observe", EventSourceState::Available)]);
+    let mut b = shard("b", None, Some(true), Some(false));
+    b.event_sources = sources(&[("egress-observe", EventSourceState::Failed)]);
+    let shards = [a, b];
+    let view = |expected| PolicyView {
+        mode: Some(RuntimePolicyMode::Monitor),
+        active_behaviors: &["network"],
+        shards: &shards,
+        expected_nodes: expected,
+    };
+    // While b's daemon is placed there, its failed source decides.
+    let both = nodes(&["a", "b"]);
+    let d = derive(&view(Some(&both)));
+    let es = find(&d, types::EVENT_SOURCES_AVAILABLE).unwrap();
+    assert_eq!(
+        (es.status, es.message.as_str()),
+        (Status::False, "failed: egress-observe on b (ReaderFailed)")
+    );
+    // Placement completed without b (the Node still exists, its shard
+    // stays): b's last report no longer counts.
+    let only_a = nodes(&["a"]);
+    let d = derive(&view(Some(&only_a)));
+    let es = find(&d, types::EVENT_SOURCES_AVAILABLE).unwrap();
+    assert_eq!(
+        (es.status, es.reason.as_str()),
+        (Status::True, "SourcesAvailable"),
+        "{es:?}"
+    );
+    assert_eq!(find(&d, types::APPLIED).unwrap().status, Status::True);
+    // Placement unknown: nothing is known to have departed.
+    let d = derive(&view(None));
+    assert_eq!(
+        find(&d, types::EVENT_SOURCES_AVAILABLE).unwrap().status,
+        Status::False
+    );
+}
+
+#[test]
 fn a_spec_without_mode_is_not_applied() {
     let view = PolicyView {
         mode: None,

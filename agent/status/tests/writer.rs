@@ -15,8 +15,11 @@
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kyverno_runtime_api::runtimepolicy::{NodePolicyStatus, RuntimePolicy};
+use kyverno_runtime_api::runtimepolicy::{
+    EventSourceState, EventSourceStatus, NodePolicyStatus, RuntimePolicy,
+};
 use kyverno_runtime_compat::{Backend, Plan, PlanEntry};
 use kyverno_runtime_status::{
     backends, ClusterView, ClusterWatcher, FlushLoop, NodeReport, Placement, PolicyRef, Reports,
@@ -92,6 +95,51 @@ spec:
 "
         ),
     );
+}
+
+/// A monitor-mode policy `name` with a network behavior (its findings
+/// come from the `egress-observe` source).
+fn monitor_policy(cluster: &LocalCluster, name: &str) {
+    let _ = cluster.kubectl_output(&["delete", "rpol", name, "--ignore-not-found"]);
+    apply(
+        cluster,
+        &format!(
+            "apiVersion: runtime.nirmata.io/v1alpha1
+kind: RuntimePolicy
+metadata: {{name: {name}}}
+spec:
+  mode: monitor
+  podSelector: {{matchLabels: {{app: web}}}}
+  behaviors:
+  - network: {{deny: {{values: [10.0.0.1/32]}}}}
+"
+        ),
+    );
+}
+
+/// A monitor node's report: observation attached, `egress-observe` in
+/// `state`.
+fn monitor_shard(state: EventSourceState, evaluated: Option<&str>) -> NodeReport {
+    NodeReport {
+        shard: NodePolicyStatus {
+            observation_available: Some(true),
+            pods_matched: Some(true),
+            event_sources: vec![EventSourceStatus {
+                name: "egress-observe".into(),
+                state,
+                reason: (state == EventSourceState::Failed)
+                    .then(|| "ReaderFailed: the ring buffer is gone".into()),
+            }],
+            last_evaluated_time: evaluated.map(time),
+            ..NodePolicyStatus::default()
+        },
+        active_behaviors: vec!["network".into()],
+        ..NodeReport::default()
+    }
+}
+
+fn time(rfc3339: &str) -> Time {
+    Time(rfc3339.parse().unwrap())
 }
 
 fn node_object(cluster: &LocalCluster, name: &str) {
@@ -588,6 +636,181 @@ async fn a_placed_node_that_has_not_reported_reads_unknown() {
     for n in nodes {
         let _ = cluster.kubectl_output(&["delete", "node", n]);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_the_daemon_left_keeps_its_shard_but_not_its_say_on_event_sources() {
+    let cluster = cluster();
+    let nodes = ["krt-dep-a", "krt-dep-b"];
+    for n in nodes {
+        node_object(cluster, n);
+    }
+    monitor_policy(cluster, "status-departed");
+    let client = client(cluster).await;
+    let placement = daemonset(cluster, &client, "krt-status-departed", &nodes).await;
+    let (mut rx, watch_task) = watch_cluster(&client, placement, |v| {
+        has_all(&v.existing_nodes, &nodes) && v.expected_nodes == Some(set(&nodes))
+    })
+    .await;
+    let view = rx.borrow().clone();
+    StatusWriter::new(client.clone(), "krt-dep-a")
+        .flush(
+            "status-departed",
+            &monitor_shard(EventSourceState::Available, None),
+            &view,
+        )
+        .await
+        .unwrap();
+    StatusWriter::new(client.clone(), "krt-dep-b")
+        .flush(
+            "status-departed",
+            &monitor_shard(EventSourceState::Failed, None),
+            &view,
+        )
+        .await
+        .unwrap();
+    let api: kube::Api<RuntimePolicy> = kube::Api::all(client.clone());
+    let p = api.get("status-departed").await.unwrap();
+    let sources = condition(&p, "EventSourcesAvailable").unwrap();
+    assert_eq!(sources.status, "False", "{sources:?}");
+    assert!(sources.message.contains("krt-dep-b"), "{}", sources.message);
+
+    // The daemon leaves krt-dep-b (a taint, a changed nodeSelector): the
+    // DaemonSet controller (played here) deletes its pod there and wants
+    // one pod fewer; the Node stays. Once the watches say so, the next
+    // flush keeps b's shard and no longer counts its failed source.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "krt-status-departed");
+    pods.delete(
+        "kyverno-runtime-krt-dep-b",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .unwrap();
+    set_desired(&client, "krt-status-departed", 1, 1).await;
+    wait_view(&mut rx, |v| {
+        has_all(&v.existing_nodes, &nodes) && v.expected_nodes == Some(set(&["krt-dep-a"]))
+    })
+    .await;
+    let view = rx.borrow().clone();
+    StatusWriter::new(client.clone(), "krt-dep-a")
+        .flush(
+            "status-departed",
+            &monitor_shard(EventSourceState::Available, None),
+            &view,
+        )
+        .await
+        .unwrap();
+    let p = api.get("status-departed").await.unwrap();
+    assert_eq!(
+        shard_names(&p),
+        nodes,
+        "only a Node deletion prunes a shard"
+    );
+    let sources = condition(&p, "EventSourcesAvailable").unwrap();
+    assert_eq!(
+        (sources.status.as_str(), sources.reason.as_str()),
+        ("True", "SourcesAvailable"),
+        "{sources:?}"
+    );
+    let applied = condition(&p, "Applied").unwrap();
+    assert_eq!(applied.status, "True", "{applied:?}");
+    println!(
+        "after krt-dep-b's daemon left: shards {:?}, EventSourcesAvailable {} ({})",
+        shard_names(&p),
+        sources.status,
+        sources.message
+    );
+
+    watch_task.abort();
+    cluster
+        .kubectl_ok(&["delete", "rpol", "status-departed"])
+        .unwrap();
+    for n in nodes {
+        let _ = cluster.kubectl_output(&["delete", "node", n]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_newest_last_evaluated_time_of_any_shard_is_the_policys() {
+    let cluster = cluster();
+    monitor_policy(cluster, "status-evaluated");
+    let client = client(cluster).await;
+    let nodes = ["krt-eval-a", "krt-eval-b"];
+    let view = ClusterView {
+        existing_nodes: Some(set(&nodes)),
+        expected_nodes: Some(set(&nodes)),
+    };
+    let api: kube::Api<RuntimePolicy> = kube::Api::all(client.clone());
+    let top = |p: &RuntimePolicy| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.last_evaluated_time.clone())
+    };
+    let flush = |node: &'static str, at: &'static str| {
+        let client = client.clone();
+        let view = view.clone();
+        async move {
+            StatusWriter::new(client, node)
+                .flush(
+                    "status-evaluated",
+                    &monitor_shard(EventSourceState::Available, Some(at)),
+                    &view,
+                )
+                .await
+                .unwrap();
+        }
+    };
+    flush("krt-eval-a", "2026-01-01T10:00:00Z").await;
+    let p = api.get("status-evaluated").await.unwrap();
+    assert_eq!(top(&p), Some(time("2026-01-01T10:00:00Z")));
+    // Another node evaluated later: its time is lifted.
+    flush("krt-eval-b", "2026-01-01T10:05:00Z").await;
+    let p = api.get("status-evaluated").await.unwrap();
+    assert_eq!(top(&p), Some(time("2026-01-01T10:05:00Z")));
+    // A node writing an older time does not move it back.
+    flush("krt-eval-a", "2026-01-01T10:01:00Z").await;
+    let p = api.get("status-evaluated").await.unwrap();
+    assert_eq!(top(&p), Some(time("2026-01-01T10:05:00Z")));
+    let shard_times: Vec<_> = p
+        .status
+        .as_ref()
+        .unwrap()
+        .nodes
+        .iter()
+        .map(|s| (s.node_name.clone(), s.last_evaluated_time.clone()))
+        .collect();
+    assert_eq!(
+        shard_times,
+        [
+            ("krt-eval-a".to_string(), Some(time("2026-01-01T10:01:00Z"))),
+            ("krt-eval-b".to_string(), Some(time("2026-01-01T10:05:00Z"))),
+        ]
+    );
+    // The newest shard goes (its Node is deleted): the newest of the rest.
+    let view = ClusterView {
+        existing_nodes: Some(set(&["krt-eval-a"])),
+        expected_nodes: Some(set(&["krt-eval-a"])),
+    };
+    StatusWriter::new(client.clone(), "krt-eval-a")
+        .flush(
+            "status-evaluated",
+            &monitor_shard(EventSourceState::Available, Some("2026-01-01T10:01:00Z")),
+            &view,
+        )
+        .await
+        .unwrap();
+    let p = api.get("status-evaluated").await.unwrap();
+    assert_eq!(top(&p), Some(time("2026-01-01T10:01:00Z")));
+    println!(
+        "lastEvaluatedTime lifted: {:?}",
+        top(&p).map(|t| t.0.to_string())
+    );
+    cluster
+        .kubectl_ok(&["delete", "rpol", "status-evaluated"])
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -340,3 +340,38 @@ impl ListServer {
         *self.state.lock().unwrap() = None;
     }
 }
+
+/// The text of /metrics at `addr`.
+pub fn scrape(addr: std::net::SocketAddr) -> Option<String> {
+    use std::io::Read as _;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// The value of the first series whose line holds every one of `parts`.
+pub fn series(text: &str, parts: &[&str]) -> Option<u64> {
+    text.lines()
+        .find(|l| !l.starts_with('#') && parts.iter().all(|p| l.contains(p)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The sum of every series whose line holds every one of `parts` (0 when
+/// none does).
+pub fn series_sum(text: &str, parts: &[&str]) -> u64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && parts.iter().all(|p| l.contains(p)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A loopback address with a port nothing listens on now.
+pub fn free_loopback() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}

@@ -13,6 +13,7 @@ use std::hash::{BuildHasher as _, RandomState};
 use std::net::IpAddr;
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -98,6 +99,9 @@ pub(super) struct Filter {
     deny_v6: Map,
     hosts: Map,
     observations: Map,
+    /// Keys of `observations` the drains removed since load (see
+    /// [`super::Evictions`]).
+    observations_taken: AtomicU64,
     stats: Map,
     meta: Map,
     policies: Map,
@@ -655,6 +659,7 @@ impl Filter {
             deny_v6: map(DENY_V6)?,
             hosts: map(HOSTS)?,
             observations: map(OBSERVATIONS)?,
+            observations_taken: AtomicU64::new(0),
             stats: map(STATS)?,
             meta: map(META)?,
             policies: map(POLICIES)?,
@@ -1504,6 +1509,9 @@ impl Filter {
             })
             .collect::<Result<Vec<_>>>()?;
         let values = sys::take_each(&map.handle, &keys).map_err(|(op, e)| map.err(op, &e))?;
+        let taken = values.iter().filter(|v| v.is_some()).count();
+        self.observations_taken
+            .fetch_add(u64::try_from(taken).unwrap_or(u64::MAX), Ordering::Relaxed);
         let mut out = Vec::with_capacity(keys.len());
         for (decoded, value) in decoded.into_iter().zip(values) {
             // None: evicted since the snapshot (its count is gone).
@@ -1515,6 +1523,14 @@ impl Filter {
             }
         }
         Ok(out)
+    }
+
+    pub(super) fn observations_taken(&self) -> u64 {
+        self.observations_taken.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_observations(&self) -> u64 {
+        u64::try_from(sys::unique_keys(&self.observations.handle).len()).unwrap_or(u64::MAX)
     }
 
     pub(super) fn attach(&self, dir: &Path) -> Result<CgroupLink> {

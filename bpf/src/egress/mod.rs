@@ -159,6 +159,7 @@ use crate::cgroup_attach::{AttachError, CgroupLink};
 
 mod bench;
 mod domain;
+mod evictions;
 mod prefix;
 
 #[cfg(not(krt_bpf_stub))]
@@ -178,6 +179,7 @@ use stub as imp;
 
 pub use bench::{FloorProgram, TimedRun};
 pub use domain::{Domain, DomainVerdicts, Learned};
+pub use evictions::Evictions;
 pub use prefix::Prefix;
 
 /// The shortest time a learned address counts, whatever its record's TTL
@@ -366,9 +368,9 @@ pub struct Stats {
     pub malformed_dropped: u64,
     /// Neither IPv4 nor IPv6: passed whatever the flags.
     pub other_protocol: u64,
-    /// Observations that created a key in the observation map. Over an
-    /// interval, this minus the keys the drains returned is what the
-    /// bounded map evicted (approximately: a drain races new packets).
+    /// Observations that created a key in the observation map. With the
+    /// keys the drains removed, it counts what the bounded map evicted
+    /// ([`Evictions`]).
     pub observe_inserted: u64,
     /// Observations the program could not count (map update failed).
     pub observe_failed: u64,
@@ -879,6 +881,19 @@ impl EgressFilter {
     /// and the counts it had already removed are lost.
     pub fn drain_observations(&self) -> Result<Vec<Observation>> {
         self.inner.drain_observations()
+    }
+
+    /// Keys the drains of this handle removed from the observation map
+    /// since load, cumulative. With [`Stats::observe_inserted`] it counts
+    /// what the map evicted ([`Evictions`]).
+    pub fn observations_taken(&self) -> u64 {
+        self.inner.observations_taken()
+    }
+
+    /// Keys in the observation map now (a walk of its keys; for
+    /// [`Evictions::new`]).
+    pub fn count_observations(&self) -> u64 {
+        self.inner.count_observations()
     }
 
     /// Attaches the program to the egress of the cgroup v2 directory `dir`

@@ -97,6 +97,14 @@ impl Filter {
         match *self {}
     }
 
+    pub(super) fn observations_taken(&self) -> u64 {
+        match *self {}
+    }
+
+    pub(super) fn count_observations(&self) -> u64 {
+        match *self {}
+    }
+
     pub(super) fn test_run(&self, _: &[u8]) -> Result<u32> {
         match *self {}
     }

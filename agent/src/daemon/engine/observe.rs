@@ -18,10 +18,11 @@
 use super::{Engine, PolicyOutcome, Slot};
 use kyverno_runtime_api::runtimepolicy::RuntimePolicyMode;
 use kyverno_runtime_bpf::dns::DnsQuestion;
-use kyverno_runtime_bpf::exectrace::{ExecRecord, ExecTracer};
+use kyverno_runtime_bpf::egress::Evictions;
+use kyverno_runtime_bpf::exectrace::{ExecRecord, ExecTraceError, ExecTracer};
 use kyverno_runtime_bpf::openexec::{self as kopenexec, Denial};
 use kyverno_runtime_enforce::Decision;
-use kyverno_runtime_metrics::DropReason;
+use kyverno_runtime_metrics::{DropReason, GateOperation};
 use kyverno_runtime_plane::event::{Event, Facts, KernelVerdict, PodRef, ProcessInfo};
 use kyverno_runtime_plane::sources::Polled;
 use kyverno_runtime_plane::{
@@ -30,7 +31,7 @@ use kyverno_runtime_plane::{
 use kyverno_runtime_policy::values::BehaviorKind;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 /// Source names, as status and metrics label them.
 pub const OPENEXEC_SOURCE: &str = "openexec-observe";
@@ -43,23 +44,51 @@ pub const EGRESS_SOURCE: &str = "egress-observe";
 /// The DNS question observer.
 pub const DNS_SOURCE: &str = "dnsquery";
 
+/// The exec tracer's cgroup gate, as the engine drives it: the seam that
+/// lets its bookkeeping be tested without a kernel.
+pub trait ExecGate: Send + Sync {
+    /// Lets the cgroup's execs be traced.
+    fn admit(&self, cgroup: u64) -> Result<(), ExecTraceError>;
+    /// Stops them; whether it was admitted.
+    fn revoke(&self, cgroup: u64) -> Result<bool, ExecTraceError>;
+}
+
+impl ExecGate for ExecTracer {
+    fn admit(&self, cgroup: u64) -> Result<(), ExecTraceError> {
+        ExecTracer::admit(self, cgroup)
+    }
+
+    fn revoke(&self, cgroup: u64) -> Result<bool, ExecTraceError> {
+        ExecTracer::revoke(self, cgroup)
+    }
+}
+
 /// The plane's parts the engine keeps current.
 pub struct Plane {
     /// Attribution.
     pub index: Arc<Index>,
     /// The monitor.
     pub monitor: Arc<Monitor>,
-    /// The exec tracer, when it loaded.
-    pub tracer: Option<Arc<ExecTracer>>,
+    /// The exec tracer's gate, when the tracer loaded.
+    pub tracer: Option<Arc<dyn ExecGate>>,
     /// Every source's lifecycle, for the shards' eventSources.
     pub sources: SourceStates,
 }
 
+/// The first wait before a failed gate operation is tried again; it
+/// doubles while they keep failing, up to [`GATE_RETRY_MAX`].
+const GATE_RETRY_MIN: Duration = Duration::from_secs(1);
+/// The longest wait between retries of failed gate operations.
+const GATE_RETRY_MAX: Duration = Duration::from_secs(60);
+
 /// [`Plane`] and what the engine derived from it.
 pub(super) struct PlaneState {
     pub(super) parts: Plane,
-    /// The cgroups admitted to the exec tracer's gate.
+    /// The cgroups the exec tracer's gate holds: admitted, and not since
+    /// revoked (a failed admit is not here, a failed revoke still is).
     traced: BTreeSet<u64>,
+    /// When the gate operations that failed are tried again.
+    gate_retry: Option<(Instant, Duration)>,
 }
 
 impl PlaneState {
@@ -67,8 +96,52 @@ impl PlaneState {
         PlaneState {
             parts,
             traced: BTreeSet::new(),
+            gate_retry: None,
         }
     }
+
+    /// When [`Engine::retry_exec_trace`] has work.
+    pub(super) fn gate_retry_due(&self) -> Option<Instant> {
+        self.gate_retry.map(|(at, _)| at)
+    }
+}
+
+/// The kernel's cumulative loss counters as last read, so each poll
+/// reports what was lost since the previous one
+/// (`events_dropped_total{source,reason}`):
+///
+/// | counter | source | reason |
+/// | --- | --- | --- |
+/// | `oe_stats.observe_failed`: the open/exec observation map (a preallocated hash) was full | `openexec-observe` | `map_full` |
+/// | `stats.observe_failed`: the egress observation map refused a key | `egress-observe` | `map_full` |
+/// | keys the egress observation map (an LRU) evicted before a drain ([`Evictions`]) | `egress-observe` | `evicted` |
+/// | `events_lost`: the protocol classifier's decision map was full | `egress-observe` | `map_full` |
+///
+/// The other kernel-side losses are counted where their records are read:
+/// the denial ring's `rate_limited` and `ringbuf_full`
+/// (`openexec-denials`), the exec tracer's and the DNS observer's
+/// `ringbuf_full` (`exec-trace`, `dnsquery`), the DNS answer snooper's
+/// (`dnssnoop`). The pinned counters outlive a daemon, so the baseline is
+/// what they hold when the engine is built: a restarted daemon does not
+/// count its predecessor's losses again.
+#[derive(Debug, Default)]
+pub(super) struct Losses {
+    openexec_failed: Option<u64>,
+    egress_failed: Option<u64>,
+    evictions: Option<Evictions>,
+}
+
+/// What a cumulative counter gained since `seen` (which becomes `now`).
+/// The first reading is the baseline; a counter that went down was
+/// recreated (new maps), and counts from zero.
+fn gained(seen: &mut Option<u64>, now: u64) -> u64 {
+    let gained = match *seen {
+        None => 0,
+        Some(before) if now < before => now,
+        Some(before) => now - before,
+    };
+    *seen = Some(now);
+    gained
 }
 
 fn verdict(d: Decision) -> KernelVerdict {
@@ -80,6 +153,30 @@ fn verdict(d: Decision) -> KernelVerdict {
 }
 
 impl Engine {
+    /// Reads the loss counters' baselines (see [`Losses`]); a counter that
+    /// cannot be read now takes its first poll as the baseline.
+    pub(super) fn with_loss_baselines(mut self) -> Self {
+        if let Slot::Ready(m) = &self.openexec {
+            if let Ok(stats) = m.open_backend().stats() {
+                self.losses.openexec_failed = Some(stats.observe_failed);
+            }
+        }
+        if let Slot::Ready(m) = &self.egress {
+            let filter = m.backend().kernel().filter();
+            // Present keys first, then the counters (Evictions::new).
+            let present = filter.count_observations();
+            if let Ok(stats) = filter.read_stats() {
+                self.losses.egress_failed = Some(stats.observe_failed);
+                self.losses.evictions = Some(Evictions::new(
+                    present,
+                    stats.observe_inserted,
+                    filter.observations_taken(),
+                ));
+            }
+        }
+        self
+    }
+
     /// Hands a policy's current form to the monitor (or takes it away when
     /// it did not compile, has no successful evaluation, or has no mode the
     /// engine reports in), and re-gates the exec tracer.
@@ -158,8 +255,14 @@ impl Engine {
     /// monitor-mode policy with an exec behavior selects, and revokes the
     /// rest (admit new ones first, so a pod moving between policies is
     /// never briefly untraced).
-    fn sync_exec_trace(&mut self) {
-        let Some(tracer) = self.plane.parts.tracer.clone() else {
+    ///
+    /// A cgroup counts as traced only once its admit succeeded; a failed
+    /// admit or revoke is counted
+    /// (`exec_trace_gate_failures_total{operation}`) and tried again by
+    /// [`Engine::retry_exec_trace`], after a wait that doubles from 1 s to
+    /// 60 s while they keep failing.
+    pub(super) fn sync_exec_trace(&mut self) {
+        let Some(gate) = self.plane.parts.tracer.clone() else {
             return;
         };
         let watching: Vec<_> = self
@@ -178,22 +281,57 @@ impl Engine {
                 }
             }
         }
-        for id in want.difference(&self.plane.traced) {
-            if let Err(e) = tracer.admit(*id) {
-                tracing::warn!(cgroup = id, error = %e, "admitting a cgroup to the exec tracer failed: its execs are counted without argv");
+        let mut failed: Vec<(u64, GateOperation, ExecTraceError)> = Vec::new();
+        let admit: Vec<u64> = want.difference(&self.plane.traced).copied().collect();
+        for id in admit {
+            match gate.admit(id) {
+                Ok(()) => {
+                    self.plane.traced.insert(id);
+                }
+                Err(e) => failed.push((id, GateOperation::admit, e)),
             }
         }
-        let gone: Vec<u64> = self.plane.traced.difference(&want).copied().collect();
-        for id in gone {
-            if let Err(e) = tracer.revoke(id) {
-                tracing::warn!(cgroup = id, error = %e, "revoking a cgroup from the exec tracer failed");
+        let revoke: Vec<u64> = self.plane.traced.difference(&want).copied().collect();
+        for id in revoke {
+            match gate.revoke(id) {
+                Ok(_) => {
+                    self.plane.traced.remove(&id);
+                }
+                Err(e) => failed.push((id, GateOperation::revoke, e)),
             }
         }
-        self.plane.traced = want;
+        let Some((cgroup, operation, error)) = failed.first() else {
+            self.plane.gate_retry = None;
+            return;
+        };
+        for (_, op, _) in &failed {
+            self.metrics.exec_trace_gate_failure(*op);
+        }
+        let wait = match self.plane.gate_retry {
+            Some((_, last)) => (last * 2).min(GATE_RETRY_MAX),
+            None => GATE_RETRY_MIN,
+        };
+        self.plane.gate_retry = Some((Instant::now() + wait, wait));
+        tracing::warn!(
+            failed = failed.len(),
+            cgroup,
+            operation = ?operation,
+            %error,
+            retry_in = ?wait,
+            "the exec tracer's gate refused cgroups (an unadmitted cgroup's execs are counted without argv; a cgroup not revoked is still traced)"
+        );
+    }
+
+    /// Tries the gate operations that failed again, once their wait is
+    /// over (see [`Engine::sync_exec_trace`]).
+    pub(super) fn retry_exec_trace(&mut self, now: Instant) {
+        if self.plane.gate_retry_due().is_some_and(|at| at <= now) {
+            self.sync_exec_trace();
+        }
     }
 
     /// Whether the exec tracer is reporting `cgroup`'s execs now.
-    fn traced(&self, cgroup: u64) -> bool {
+    pub(super) fn traced(&self, cgroup: u64) -> bool {
         self.plane.traced.contains(&cgroup)
             && self
                 .plane
@@ -216,6 +354,14 @@ impl Engine {
             ));
         };
         let drained = m.drain();
+        let mut lost = Vec::new();
+        match m.open_backend().stats() {
+            Ok(stats) => lost.push((
+                DropReason::map_full,
+                gained(&mut self.losses.openexec_failed, stats.observe_failed),
+            )),
+            Err(e) => tracing::debug!(error = %e, "open/exec loss counters unavailable"),
+        }
         match m.open_backend().run_stats() {
             Ok(stats) => self.metrics.record_bpf_program_stats(
                 stats
@@ -255,10 +401,7 @@ impl Engine {
             e.kernel = Some(verdict(obs.decision));
             events.push(e);
         }
-        Ok(Polled {
-            events,
-            lost: Vec::new(),
-        })
+        Ok(Polled { events, lost })
     }
 
     /// Drains the egress filter's and the classifier's counters into events
@@ -280,7 +423,32 @@ impl Engine {
         let mut loaded = false;
         if let Slot::Ready(m) = &mut self.egress {
             loaded = true;
-            match m.drain() {
+            // Read before the drain, so a key created during it is never
+            // counted as evicted (see Evictions).
+            let before = m.backend().kernel().filter().read_stats();
+            let drained = m.drain();
+            match before {
+                Ok(stats) => {
+                    let losses = &mut self.losses;
+                    polled.lost.push((
+                        DropReason::map_full,
+                        gained(&mut losses.egress_failed, stats.observe_failed),
+                    ));
+                    let taken = m.backend().kernel().filter().observations_taken();
+                    let evicted = match &mut losses.evictions {
+                        Some(e) => e.update(stats.observe_inserted, taken),
+                        None => {
+                            // No baseline at start: this poll is it.
+                            losses.evictions =
+                                Some(Evictions::new(0, stats.observe_inserted, taken));
+                            0
+                        }
+                    };
+                    polled.lost.push((DropReason::evicted, evicted));
+                }
+                Err(e) => errors.push(format!("egress loss counters: {e}")),
+            }
+            match drained {
                 Ok(observations) => {
                     for obs in observations {
                         polled.events.push(event(
@@ -302,10 +470,10 @@ impl Engine {
             loaded = true;
             let drained = m.drain();
             // The classifier's decision map was full: flows it could not
-            // count (the ring buffer's label, as before).
+            // count.
             polled
                 .lost
-                .push((DropReason::ringbuf_full, drained.events_lost));
+                .push((DropReason::map_full, drained.events_lost));
             for e in drained.errors {
                 errors.push(format!("protocol: {e}"));
             }

@@ -1,0 +1,450 @@
+//! The engine's bookkeeping with no kernel backend (every slot
+//! unavailable, the exec tracer's gate a fake): what it reports, when it
+//! re-evaluates, what it skips.
+use super::*;
+use kyverno_runtime_api::runtimepolicy::RuntimePolicySpec;
+
+fn engine() -> (Engine, Reports, tempfile::TempDir) {
+    engine_with(None)
+}
+
+fn engine_with(tracer: Option<Arc<dyn ExecGate>>) -> (Engine, Reports, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let reports = Reports::new();
+    let resolver =
+        CgroupResolver::new(Some(dir.path().to_path_buf())).unwrap_or_else(|e| panic!("{e}"));
+    let engine = Engine::new(Parts {
+        node: "n1".into(),
+        backends: Vec::new(),
+        openexec: Slot::Unavailable("no LSM here".into()),
+        egress: Slot::Unavailable("no cgroup v2 here".into()),
+        protocol: Slot::Unavailable("no classifier here".into()),
+        dns: Slot::Unavailable("no observer here".into()),
+        resolver,
+        reports: reports.clone(),
+        metrics: Arc::new(Metrics::new()),
+        plane: Plane {
+            index: Arc::new(kyverno_runtime_plane::Index::new(None, "/proc", None)),
+            monitor: Arc::new(kyverno_runtime_plane::Monitor::new(Vec::new(), None)),
+            tracer,
+            sources: kyverno_runtime_plane::SourceStates::default(),
+        },
+    });
+    (engine, reports, dir)
+}
+
+fn policy(name: &str, generation: i64, spec: serde_json::Value) -> RuntimePolicy {
+    let spec: RuntimePolicySpec = serde_json::from_value(spec).unwrap_or_else(|e| panic!("{e}"));
+    let mut rp = RuntimePolicy::new(name, spec);
+    rp.metadata.uid = Some(format!("uid-{name}"));
+    rp.metadata.generation = Some(generation);
+    rp
+}
+
+fn pod(ns: &str, name: &str, labels: &[(&str, &str)]) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
+                     "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn namespace(name: &str, labels: &[(&str, &str)]) -> Namespace {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name,
+                     "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn report(reports: &Reports, name: &str) -> NodeReport {
+    reports
+        .snapshot()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, r)| r)
+        .unwrap_or_else(|| panic!("no report for {name}"))
+}
+
+#[test]
+fn an_unavailable_backend_is_reported_with_its_reason() {
+    let (mut e, reports, _dir) = engine();
+    e.apply_policy(&policy(
+        "p",
+        1,
+        serde_json::json!({"mode": "enforce", "podSelector": {},
+        "behaviors": [{"exec": {"deny": {"values": ["/bin/sh"]}}}]}),
+    ));
+    let r = report(&reports, "p");
+    assert_eq!(r.shard.enforcement_available, Some(false));
+    assert_eq!(r.shard.message.as_deref(), Some("exec: no LSM here"));
+    assert_eq!(r.shard.pods_matched, Some(false));
+    assert_eq!(r.active_behaviors, ["exec"]);
+}
+
+#[test]
+fn a_compile_failure_is_reported_and_programs_nothing() {
+    let (mut e, reports, _dir) = engine();
+    e.apply_policy(&policy(
+        "bad",
+        1,
+        serde_json::json!({"mode": "monitor",
+        "behaviors": [{"open": {"deny": {"expression": "1 + 2"}}}]}),
+    ));
+    let r = report(&reports, "bad");
+    let message = r.compile_error.unwrap_or_default();
+    assert!(
+        message.contains("spec.behaviors[0].open.deny.expression"),
+        "{message}"
+    );
+}
+
+#[test]
+fn pods_matched_follows_pods_and_namespace_relabels() {
+    let (mut e, reports, _dir) = engine();
+    e.apply_namespace(&namespace("a", &[]));
+    e.apply_policy(&policy(
+        "p",
+        1,
+        serde_json::json!({"mode": "monitor",
+        "namespaceSelector": {"matchLabels": {"team": "x"}},
+        "behaviors": [{"network": {"deny": {"values": ["10.0.0.0/8"]}}}]}),
+    ));
+    e.apply_pod(&pod("a", "web", &[("app", "web")]));
+    assert_eq!(report(&reports, "p").shard.pods_matched, Some(false));
+    e.apply_namespace(&namespace("a", &[("team", "x")]));
+    assert_eq!(report(&reports, "p").shard.pods_matched, Some(true));
+    let mut finished = pod("a", "web", &[("app", "web")]);
+    finished.status = serde_json::from_value(serde_json::json!({"phase": "Succeeded"})).ok();
+    e.apply_pod(&finished);
+    assert_eq!(report(&reports, "p").shard.pods_matched, Some(false));
+}
+
+#[test]
+fn a_policy_reading_data_with_nothing_to_fetch_it_says_it_needs_live_data() {
+    let (mut e, reports, _dir) = engine();
+    e.apply_policy(&policy(
+        "p",
+        1,
+        serde_json::json!({"mode": "monitor", "evaluationInterval": "30s",
+        "behaviors": [{"network": {"deny": {"expression":
+            "resource.get('v1', 'configmaps', 'd', 'c').data.hosts.split(',')"}}}]}),
+    ));
+    let r = report(&reports, "p");
+    let message = r.shard.message.unwrap_or_default();
+    assert!(
+        message.contains("evaluation failed: spec.behaviors[0].network.deny.expression: needs live data: resource.get(\"v1\", \"configmaps\", \"d\", \"c\")"),
+        "{message}"
+    );
+    assert_eq!(r.shard.observation_available, Some(false));
+}
+
+#[test]
+fn only_a_spec_change_recompiles_and_the_interval_schedules_reevaluation() {
+    let (mut e, reports, _dir) = engine();
+    let spec = serde_json::json!({"mode": "monitor", "evaluationInterval": "90s",
+        "behaviors": [{"network": {"deny": {"values": ["10.0.0.0/8"]}}}]});
+    e.apply_policy(&policy("p", 1, spec.clone()));
+    let first = report(&reports, "p").shard.last_evaluated_time;
+    let due = e
+        .next_due()
+        .unwrap_or_else(|| panic!("no re-evaluation scheduled"));
+    let wait = due.saturating_duration_since(Instant::now());
+    assert!(
+        wait > Duration::from_secs(80) && wait <= Duration::from_secs(90),
+        "{wait:?}"
+    );
+    // A status write bumps resourceVersion, not generation: no recompile.
+    e.apply_policy(&policy("p", 1, spec.clone()));
+    assert_eq!(e.next_due(), Some(due));
+    // Not due yet: nothing happens.
+    e.evaluate_due(Instant::now());
+    assert_eq!(e.next_due(), Some(due));
+    // Due: evaluated again and rescheduled.
+    e.evaluate_due(due);
+    assert!(e.next_due().is_some_and(|d| d > due));
+    assert!(report(&reports, "p").shard.last_evaluated_time >= first);
+    // A new generation recompiles (and a dropped interval unschedules).
+    e.apply_policy(&policy(
+        "p",
+        2,
+        serde_json::json!({"mode": "monitor",
+        "behaviors": [{"network": {"deny": {"values": ["10.0.0.0/8"]}}}]}),
+    ));
+    assert_eq!(e.next_due(), None);
+    e.delete_policy("p");
+    assert!(reports.snapshot().is_empty());
+}
+
+/// An exec tracer gate that holds what it admitted and refuses the
+/// cgroups it is told to.
+#[derive(Default)]
+struct FakeGate {
+    held: std::sync::Mutex<BTreeSet<u64>>,
+    refuse: std::sync::Mutex<BTreeSet<u64>>,
+}
+
+impl FakeGate {
+    fn held(&self) -> BTreeSet<u64> {
+        self.held.lock().unwrap_or_else(|e| panic!("{e}")).clone()
+    }
+
+    fn refuse(&self, ids: &[u64]) {
+        *self.refuse.lock().unwrap_or_else(|e| panic!("{e}")) = ids.iter().copied().collect();
+    }
+
+    fn refused(&self, id: u64) -> Result<(), kyverno_runtime_bpf::exectrace::ExecTraceError> {
+        if self
+            .refuse
+            .lock()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .contains(&id)
+        {
+            // What a full gate map answers.
+            return Err(kyverno_runtime_bpf::exectrace::ExecTraceError::InvalidCgroupId);
+        }
+        Ok(())
+    }
+}
+
+impl ExecGate for FakeGate {
+    fn admit(&self, cgroup: u64) -> Result<(), kyverno_runtime_bpf::exectrace::ExecTraceError> {
+        self.refused(cgroup)?;
+        self.held
+            .lock()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .insert(cgroup);
+        Ok(())
+    }
+
+    fn revoke(&self, cgroup: u64) -> Result<bool, kyverno_runtime_bpf::exectrace::ExecTraceError> {
+        self.refused(cgroup)?;
+        Ok(self
+            .held
+            .lock()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .remove(&cgroup))
+    }
+}
+
+/// A running pod of this node whose containers have cgroups `ids`.
+fn pod_with_cgroups(e: &mut Engine, ns: &str, name: &str, labels: &[(&str, &str)], ids: &[u64]) {
+    let uid = format!("uid-{name}");
+    let containers: Vec<kyverno_runtime_enforce::egress::ContainerCgroup> = ids
+        .iter()
+        .map(|id| kyverno_runtime_enforce::egress::ContainerCgroup {
+            id: *id,
+            path: format!("/sys/fs/cgroup/{id}").into(),
+        })
+        .collect();
+    e.pods.insert(
+        uid.clone(),
+        PodState {
+            namespace: ns.into(),
+            name: name.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            owner: None,
+            cgroups: PodCgroups {
+                names: ids.iter().map(|id| (*id, format!("c{id}"))).collect(),
+                containers,
+                ..PodCgroups::default()
+            },
+        },
+    );
+    e.observe_pod(&uid);
+}
+
+fn gate_failures(e: &Engine, operation: &str) -> u64 {
+    let text = e.metrics.encode();
+    text.lines()
+        .find(|l| {
+            l.starts_with("nirmata_runtime_exec_trace_gate_failures_total")
+                && l.contains(&format!("operation=\"{operation}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_cgroup_is_traced_only_once_its_admit_succeeded_and_a_failure_is_retried() {
+    let gate = Arc::new(FakeGate::default());
+    let (mut e, _reports, _dir) = engine_with(Some(gate.clone()));
+    e.plane
+        .parts
+        .sources
+        .set(EXEC_TRACE_SOURCE, SourceState::Available);
+    e.apply_namespace(&namespace("a", &[]));
+    e.apply_policy(&policy(
+        "watch-exec",
+        1,
+        serde_json::json!({"mode": "monitor", "podSelector": {"matchLabels": {"app": "web"}},
+        "behaviors": [{"exec": {"deny": {"values": ["/bin/sh"]}}}]}),
+    ));
+    // The gate refuses one of the pod's two cgroups (a full map).
+    gate.refuse(&[12]);
+    pod_with_cgroups(&mut e, "a", "web", &[("app", "web")], &[11, 12]);
+    assert_eq!(gate.held(), BTreeSet::from([11]));
+    assert!(e.traced(11));
+    assert!(
+        !e.traced(12),
+        "a cgroup the gate refused is not traced: its execs must come from the counters"
+    );
+    assert_eq!(gate_failures(&e, "admit"), 1);
+    let retry = e
+        .next_due()
+        .unwrap_or_else(|| panic!("no retry scheduled for the refused admit"));
+
+    // Still refused at the retry: counted again, the wait doubles.
+    e.evaluate_due(retry);
+    assert_eq!(gate_failures(&e, "admit"), 2);
+    let again = e.next_due().unwrap_or_else(|| panic!("no second retry"));
+    let wait = again.saturating_duration_since(Instant::now());
+    assert!(
+        wait > Duration::from_millis(1500) && wait <= Duration::from_secs(2),
+        "{wait:?}"
+    );
+
+    // The gate has room again: the retry admits it, and nothing is due.
+    gate.refuse(&[]);
+    e.evaluate_due(again);
+    assert_eq!(gate.held(), BTreeSet::from([11, 12]));
+    assert!(e.traced(12));
+    assert_eq!(e.next_due(), None);
+    assert_eq!(gate_failures(&e, "admit"), 2);
+
+    // A revoke that fails leaves the cgroup traced (the kernel still
+    // reports it) and is retried too.
+    gate.refuse(&[11]);
+    e.delete_policy("watch-exec");
+    assert_eq!(gate.held(), BTreeSet::from([11]));
+    assert!(e.traced(11));
+    assert!(!e.traced(12));
+    assert_eq!(gate_failures(&e, "revoke"), 1);
+    let retry = e
+        .next_due()
+        .unwrap_or_else(|| panic!("no retry of the revoke"));
+    gate.refuse(&[]);
+    e.evaluate_due(retry);
+    assert!(gate.held().is_empty());
+    assert!(!e.traced(11));
+    assert_eq!(e.next_due(), None);
+}
+
+fn spec_condition(r: &NodeReport, type_: &str) -> Option<(String, String, String)> {
+    r.spec_conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// TargetsValid, ExecRulesValid and OpenRulesValid: each present only
+/// for a policy with that behavior, False naming the values no backend
+/// can program, True once every value is; and on a node that cannot
+/// serve the behavior (every backend unavailable here) the same answer
+/// as on one that can, since every node writes them verbatim.
+#[test]
+fn the_spec_conditions_name_the_values_that_cannot_be_programmed() {
+    let (mut e, reports, _dir) = engine();
+    e.apply_policy(&policy(
+        "p",
+        1,
+        serde_json::json!({"mode": "enforce", "podSelector": {},
+        "behaviors": [
+            {"network": {"deny": {"expression": "['10.0.0.300', '10.0.0.1']"}}},
+            {"exec": {"deny": {"expression": "['bin/sh', '/bin/sh']"}}},
+            {"open": {"deny": {"values": ["/etc/shadow"]}}}
+        ]}),
+    ));
+    let r = report(&reports, "p");
+    let (status, reason, message) = spec_condition(&r, types::TARGETS_VALID)
+        .unwrap_or_else(|| panic!("no TargetsValid: {:?}", r.spec_conditions));
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ValuesRejected")
+    );
+    assert!(
+        message.starts_with("1 value(s) not programmed: spec.behaviors[0].network.deny")
+            && message.contains("10.0.0.300"),
+        "{message}"
+    );
+    let (status, _, message) = spec_condition(&r, types::EXEC_RULES_VALID)
+        .unwrap_or_else(|| panic!("no ExecRulesValid: {:?}", r.spec_conditions));
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("spec.behaviors[1].exec.deny") && message.contains("bin/sh"),
+        "{message}"
+    );
+    let (status, reason, message) = spec_condition(&r, types::OPEN_RULES_VALID)
+        .unwrap_or_else(|| panic!("no OpenRulesValid: {:?}", r.spec_conditions));
+    assert_eq!(
+        (status.as_str(), reason.as_str(), message.as_str()),
+        ("True", "Valid", "every open value is programmed")
+    );
+
+    // Fixed, and without an open behavior: the other two True, no
+    // OpenRulesValid at all.
+    e.apply_policy(&policy(
+        "p",
+        2,
+        serde_json::json!({"mode": "enforce", "podSelector": {},
+        "behaviors": [
+            {"network": {"deny": {"expression": "['10.0.0.1']"}}},
+            {"exec": {"deny": {"expression": "['/bin/sh']"}}}
+        ]}),
+    ));
+    let r = report(&reports, "p");
+    assert_eq!(
+        spec_condition(&r, types::TARGETS_VALID),
+        Some((
+            "True".into(),
+            "Valid".into(),
+            "every target value is programmed".into()
+        ))
+    );
+    assert_eq!(
+        spec_condition(&r, types::EXEC_RULES_VALID).map(|c| c.0),
+        Some("True".into())
+    );
+    assert_eq!(spec_condition(&r, types::OPEN_RULES_VALID), None);
+    // TargetsValid covers protocol and dns values too.
+    e.apply_policy(&policy(
+        "q",
+        1,
+        serde_json::json!({"mode": "monitor", "podSelector": {},
+        "behaviors": [{"dns": {"deny": {"expression": "['bad..name']"}}}]}),
+    ));
+    let r = report(&reports, "q");
+    let (status, _, message) = spec_condition(&r, types::TARGETS_VALID)
+        .unwrap_or_else(|| panic!("no TargetsValid: {:?}", r.spec_conditions));
+    assert_eq!(status, "False", "{message}");
+    assert!(message.contains("bad..name"), "{message}");
+    assert_eq!(spec_condition(&r, types::EXEC_RULES_VALID), None);
+}
+
+#[test]
+fn a_deployments_pod_is_attributed_to_the_deployment() {
+    let (mut e, _reports, _dir) = engine();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-5d9c8-x", "namespace": "a", "uid": "uid-web",
+                     "labels": {"app": "web", "pod-template-hash": "5d9c8"},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                         "name": "web-5d9c8", "uid": "rs", "controller": true}]},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    e.apply_pod(&pod);
+    let indexed = e
+        .plane
+        .parts
+        .index
+        .by_uid("uid-web")
+        .unwrap_or_else(|| panic!("the pod is not indexed"));
+    assert_eq!(
+        (indexed.owner_kind.as_deref(), indexed.owner_name.as_deref()),
+        (Some("Deployment"), Some("web"))
+    );
+}
