@@ -153,18 +153,31 @@ fn parse_open_exec(s: &str) -> Result<OpenExecBackend, String> {
 }
 
 /// Parses `--metrics-addr`: empty is "no endpoint", `:PORT` is every
-/// address on PORT (as the Go original and the chart write it).
+/// address on PORT (as the Go original writes it), `HOST:PORT` one
+/// address. An IPv6 host may come without brackets (the chart substitutes
+/// the pod's IP, `$(POD_IP):PORT`): the part after the last `:` is the
+/// port.
 fn metrics_addr(s: &str) -> anyhow::Result<Option<SocketAddr>> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
     }
-    let full = if s.starts_with(':') {
+    let port_only = s
+        .strip_prefix(':')
+        .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    let full = if port_only {
         format!("0.0.0.0{s}")
     } else {
         s.to_string()
     };
-    full.parse()
+    if let Ok(addr) = full.parse() {
+        return Ok(Some(addr));
+    }
+    let unbracketed = full.rsplit_once(':').and_then(|(host, port)| {
+        let ip: std::net::Ipv6Addr = host.parse().ok()?;
+        Some(SocketAddr::from((ip, port.parse::<u16>().ok()?)))
+    });
+    unbracketed
         .map(Some)
         .with_context(|| format!("--metrics-addr {s:?} is not HOST:PORT or :PORT"))
 }
@@ -911,6 +924,37 @@ async fn watch_own_daemonset(client: kube::Client, placement: Placement, deleted
                 deleted.store(true, Ordering::SeqCst);
             }
             Err(e) => tracing::warn!(error = %e, "DaemonSet watch error (retrying)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metrics_addr;
+
+    #[test]
+    fn metrics_addr_takes_every_form_the_chart_and_users_write() {
+        let ok = [
+            ("", None),
+            (":9090", Some("0.0.0.0:9090")),
+            ("10.244.1.7:9090", Some("10.244.1.7:9090")),
+            ("[fd00::7]:9090", Some("[fd00::7]:9090")),
+            // The chart's $(POD_IP):PORT on an IPv6 pod.
+            ("fd00::7:9090", Some("[fd00::7]:9090")),
+            ("::1:9090", Some("[::1]:9090")),
+        ];
+        for (input, want) in ok {
+            let got = metrics_addr(input).unwrap_or_else(|e| panic!("{input}: {e:#}"));
+            assert_eq!(got.map(|a| a.to_string()).as_deref(), want, "{input}");
+        }
+        for bad in [
+            "9090",
+            "host:9090",
+            "10.0.0.1:",
+            "fd00::7",
+            "10.0.0.1:99999",
+        ] {
+            assert!(metrics_addr(bad).is_err(), "{bad}");
         }
     }
 }
