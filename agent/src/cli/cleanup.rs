@@ -66,3 +66,25 @@ fn report(removal: &Removal) -> anyhow::Result<ExitCode> {
         ExitCode::FAILURE
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use kyverno_runtime_bpf::pins::DEFAULT_PIN_DIR;
+
+    /// `cleanup` with no flag in the chart's container cleans what its
+    /// daemon pinned only if the chart's default and the binary's agree
+    /// (the chart passes it as KRT_PIN_DIR, which both read).
+    #[test]
+    fn the_default_pin_dir_is_the_charts() {
+        let values = include_str!("../../../charts/kyverno-runtime/values.yaml");
+        let chart = values
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("pinDir: "))
+            .unwrap_or_else(|| panic!("no daemon.pinDir in values.yaml"));
+        assert_eq!(chart, DEFAULT_PIN_DIR);
+        let template = include_str!("../../../charts/kyverno-runtime/templates/daemonset.yaml");
+        assert!(
+            template.contains("- name: KRT_PIN_DIR\n              value: {{ $d.pinDir | quote }}")
+        );
+    }
+}
