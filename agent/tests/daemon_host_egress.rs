@@ -528,4 +528,81 @@ fn an_overflowing_observation_map_is_counted_in_metrics() {
         .kubectl_ok(&["delete", "rpol", "host-lost-net"])
         .unwrap();
     force_delete_pod(cluster, NS, "lost-web");
+
+/// The uninstall path (#24 §1): once its DaemonSet is deleted, the daemon's
+/// shutdown removes its own pins with `cleanup`'s code, and keeps, logs
+/// and names a foreign pin left in its directory; the pin directory holds
+/// nothing of the daemon's afterwards.
+#[test]
+fn an_uninstall_removes_only_the_daemons_pins_and_logs_what_it_kept() {
+    const UNINSTALL_NS: &str = "host-uninstall";
+    const DS: &str = "krt-uninstall";
+    let cluster = cluster();
+    let dir = tempdir();
+    namespace(cluster, UNINSTALL_NS, "team: host");
+    // Its own DaemonSet, which the daemon watches (no controller runs it).
+    apply(
+        cluster,
+        &format!(
+            "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: {DS}\n  namespace: {UNINSTALL_NS}\nspec:\n  selector: {{matchLabels: {{app: {DS}}}}}\n  template:\n    metadata: {{labels: {{app: {DS}}}}}\n    spec: {{containers: [{{name: daemon, image: kyverno-runtime}}]}}\n"
+        ),
+    );
+    let pod = HostPod::new(dir.path(), "uid-uninstall", &"7a".repeat(32));
+    let pins = pod.pins();
+    let mut daemon = Daemon::start(
+        &["--metrics-addr", "", "--pin-dir", pins.to_str().unwrap()],
+        &[
+            ("NODE_NAME", "host-uninstall-node"),
+            ("POD_NAMESPACE", UNINSTALL_NS),
+            ("DAEMONSET_NAME", DS),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_log("pods on this node listed", Duration::from_secs(60));
+    let maps = pins.join("egress/maps");
+    assert!(
+        maps.join("egress_meta").exists(),
+        "the egress maps are pinned"
+    );
+    // Another tool's map among the daemon's.
+    let foreign = maps.join("other_tool");
+    kyverno_runtime_bpf::pins::testing::pin_map(&foreign, "other_tool").unwrap();
+    cluster
+        .kubectl_ok(&["delete", "daemonset", "-n", UNINSTALL_NS, DS])
+        .unwrap();
+    daemon.wait_log(
+        "the daemon's DaemonSet was deleted",
+        Duration::from_secs(30),
+    );
+    let (status, _, log) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{}", log.join("\n"));
+    let kept = log
+        .iter()
+        .find(|l| l.contains("uninstall: kept an entry of the pin directory"))
+        .unwrap_or_else(|| panic!("nothing kept is logged:\n{}", log.join("\n")));
+    assert!(
+        kept.contains(&foreign.display().to_string())
+            && kept.contains("not part of kyverno-runtime's pin layout"),
+        "{kept}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("removed the daemon's pins, kept the rest")),
+        "{}",
+        log.join("\n")
+    );
+    // What is left: the foreign map and the directories holding it.
+    let mut left = Vec::new();
+    let mut stack = vec![pins.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path.clone());
+            }
+            left.push(path.strip_prefix(&pins).unwrap().display().to_string());
+        }
+    }
+    left.sort();
+    assert_eq!(left, ["egress", "egress/maps", "egress/maps/other_tool"]);
 }

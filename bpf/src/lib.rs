@@ -23,6 +23,7 @@ pub mod exectrace;
 #[cfg(not(krt_bpf_stub))]
 mod libbpf_log;
 pub mod openexec;
+pub mod pins;
 pub mod probe;
 pub mod protocol;
 pub mod ring;

@@ -439,8 +439,11 @@ fn install_kernel(image: &Path, dest: &Path, kernel: &Kernel, scratch: &Path) ->
     std::fs::write(&meta, json).map_err(|e| Error::io("writing kernel metadata", &meta, e))?;
     if dest.exists() {
         // Same version extracted before under another package revision:
-        // replace it, the newer metadata wins.
-        std::fs::remove_dir_all(dest).map_err(|e| Error::io("replacing kernel dir", dest, e))?;
+        // replace it, the newer metadata wins. The old one is moved into
+        // this extraction's own scratch directory and goes with it: no
+        // recursive removal of a path outside it.
+        let replaced = scratch.join(".replaced");
+        std::fs::rename(dest, &replaced).map_err(|e| Error::io("replacing kernel dir", dest, e))?;
     }
     std::fs::rename(&staged, dest).map_err(|e| Error::io("installing kernel", dest, e))
 }
@@ -592,7 +595,18 @@ Depends: dracut | initramfs-tools (>= 0.120+deb8u2) | linux-initramfs-tool, linu
         };
         install_kernel(&img, &dest, &k, scratch.path()).unwrap();
         assert_eq!(cached_kernels(&cache).unwrap(), vec![k.clone()]);
-        assert_eq!(newest_cached(&cache, KernelSeries::V6_1).unwrap(), Some(k));
+        assert_eq!(
+            newest_cached(&cache, KernelSeries::V6_1).unwrap(),
+            Some(k.clone())
+        );
         assert_eq!(newest_cached(&cache, KernelSeries::V7).unwrap(), None);
+        // The same version extracted again replaces the first (moved into
+        // the second extraction's scratch directory).
+        let scratch2 = tempfile::tempdir().unwrap();
+        let img2 = scratch2.path().join("vmlinuz-y");
+        std::fs::write(&img2, "k2").unwrap();
+        install_kernel(&img2, &dest, &k, scratch2.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(dest.join("vmlinuz")).unwrap(), "k2");
+        assert!(scratch2.path().join(".replaced/vmlinuz").exists());
     }
 }

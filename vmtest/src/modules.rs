@@ -71,7 +71,10 @@ pub fn nic_modules(kernel: &Kernel) -> Result<Vec<PathBuf>> {
     // The directory appears complete or not at all; one that lost a file
     // (read_cached refused it) is replaced.
     if dest.exists() {
-        std::fs::remove_dir_all(&dest).map_err(|e| Error::io("replacing modules", &dest, e))?;
+        // Moved into this extraction's own scratch directory, which goes
+        // with it: no recursive removal of a path outside it.
+        let replaced = scratch.path().join("replaced");
+        std::fs::rename(&dest, &replaced).map_err(|e| Error::io("replacing modules", &dest, e))?;
     }
     std::fs::rename(&staged, &dest).map_err(|e| Error::io("installing modules", &dest, e))?;
     tracing::info!(kernel = %kernel.version, modules = %order.join(","), "extracted NIC modules");

@@ -95,7 +95,7 @@
 //! discarded and logged: its map pins are removed and the backend starts
 //! empty, while its links keep enforcing the old state until the cgroup is
 //! attached anew (which replaces the pin) or until `reconcile_adopted`
-//! releases them. [`EgressEnforcer::remove_pins`] removes everything
+//! releases them. [`EgressEnforcer::remove_pins`] removes every pin of the layout
 //! (uninstall).
 //!
 //! # Limits
@@ -1097,9 +1097,12 @@ impl EgressEnforcer<KernelEgress> {
         }
     }
 
-    /// Removes everything pinned under `dir` (uninstall): each link
-    /// detaches once no process holds it, after an RCU grace period.
-    pub fn remove_pins(dir: &Path) -> std::io::Result<()> {
+    /// Removes the egress backend's pins under `dir` (uninstall), and
+    /// nothing else ([`EgressFilter::remove_pins`]): each link detaches
+    /// once no process holds it, after an RCU grace period.
+    pub fn remove_pins(
+        dir: &Path,
+    ) -> kyverno_runtime_bpf::pins::Result<kyverno_runtime_bpf::pins::Removal> {
         EgressFilter::remove_pins(dir)
     }
 }

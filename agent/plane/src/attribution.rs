@@ -276,7 +276,9 @@ mod tests {
 
     #[test]
     fn attributes_by_pid_through_proc_and_the_cgroup_directory() {
-        let dir = std::env::temp_dir().join(format!("krt-attr-{}", std::process::id()));
+        // A fresh directory of this test's own, removed on drop.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let cg = dir.join("cgroup/kubepods/pod1/ctr");
         std::fs::create_dir_all(&cg).unwrap();
         std::fs::create_dir_all(dir.join("proc/4242")).unwrap();
@@ -317,6 +319,5 @@ mod tests {
         });
         assert!(index.process(&mut nested));
         assert_eq!(nested.pod.unwrap().uid, "p");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

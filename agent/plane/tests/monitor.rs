@@ -291,6 +291,57 @@ fn monitor_filter_expressions_short_circuit_and_an_error_reports_anyway() {
     );
 }
 
+/// No monitorFilter expression text reaches /metrics (#24 §7): the
+/// counter of failed evaluations is labelled with the expression's name,
+/// as the specification says, and neither the expression (which may hold
+/// anything a user wrote, a token included) nor its evaluation error
+/// appears in any label or value.
+#[test]
+fn no_monitor_filter_expression_text_reaches_a_metric() {
+    let (m, findings, metrics) = monitor();
+    // Each type-checks and fails at run time, on one event or the other.
+    let texts = [
+        "event.pid > 0 || 'ghp_zz1SecretInTheFilter' == 'x'",
+        "event.exec.argv[7] == 'zz2_argv_marker'",
+        "1 / (size(event.exec.argv) - size(event.exec.argv)) == size('zz3_div_marker')",
+        "int('zz4-not-a-number') > 0",
+    ];
+    let expressions: Vec<serde_json::Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| serde_json::json!({"name": format!("expr-{i}"), "expression": t}))
+        .collect();
+    m.set_policy(policy(
+        "leaky",
+        serde_json::json!({"mode": "monitor", "podSelector": {},
+        "behaviors": [{"exec": {"deny": {"values": ["*"]}}}],
+        "monitorFilter": {"expressions": expressions}}),
+    ));
+    let web = pod(&[]);
+    let mut counted = exec("/bin/ls", &["ls"], &web);
+    counted.process = None;
+    m.handle(&counted);
+    m.handle(&exec("/bin/sh", &["sh", "-c", "id"], &web));
+    assert_eq!(findings.take().len(), 2, "errors report the finding anyway");
+    let text = metrics.encode();
+    for i in 0..texts.len() {
+        assert!(
+            text.contains(&format!(
+                r#"nirmata_runtime_monitor_filter_eval_errors_total{{policy="leaky",expression="expr-{i}"}}"#
+            )),
+            "expr-{i} is not counted by its name:\n{text}"
+        );
+    }
+    for fragment in [
+        "zz1", "zz2", "zz3", "zz4", "ghp_", "argv[7]", "size(", "int(",
+    ] {
+        assert!(
+            !text.contains(fragment),
+            "{fragment:?} of an expression's text is in /metrics:\n{text}"
+        );
+    }
+}
+
 #[test]
 fn a_policy_update_replaces_and_a_delete_removes() {
     let (m, findings, _) = monitor();

@@ -54,7 +54,8 @@ pub enum Command {
     Crd(crd::CrdArgs),
     /// Run the node daemon: watch policies and this node's pods, enforce, report.
     Daemon(Box<crate::daemon::DaemonArgs>),
-    /// Remove every BPF pin the daemon left (uninstall), detaching its programs.
+    /// Remove the BPF pins the daemon left (uninstall), detaching its programs; only its own,
+    /// in a bpffs directory it marked.
     Cleanup(cleanup::CleanupArgs),
     /// Check RuntimePolicy files offline: the lists the daemon would program, or every error.
     Policy(policy::PolicyArgs),

@@ -99,10 +99,14 @@ pub struct DaemonArgs {
     pub event_buffer: usize,
     /// bpffs directory where programs and maps are pinned so enforcement
     /// survives a restart of the daemon.
+    /// The default is the host's bpffs through PID 1's root, which is the
+    /// same directory on a node and the only way to it from the chart's
+    /// pod (hostPID, no host mounts). It must be a directory below a bpffs
+    /// root; the daemon marks it as its own before it pins anything.
     #[arg(
         long,
         env = "KRT_PIN_DIR",
-        default_value = "/sys/fs/bpf/kyverno-runtime"
+        default_value = kyverno_runtime_bpf::pins::DEFAULT_PIN_DIR
     )]
     pub pin_dir: PathBuf,
     /// The cgroup v2 (or v1 fallback) root under which container cgroups
@@ -149,18 +153,31 @@ fn parse_open_exec(s: &str) -> Result<OpenExecBackend, String> {
 }
 
 /// Parses `--metrics-addr`: empty is "no endpoint", `:PORT` is every
-/// address on PORT (as the Go original and the chart write it).
+/// address on PORT (as the Go original writes it), `HOST:PORT` one
+/// address. An IPv6 host may come without brackets (the chart substitutes
+/// the pod's IP, `$(POD_IP):PORT`): the part after the last `:` is the
+/// port.
 fn metrics_addr(s: &str) -> anyhow::Result<Option<SocketAddr>> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
     }
-    let full = if s.starts_with(':') {
+    let port_only = s
+        .strip_prefix(':')
+        .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    let full = if port_only {
         format!("0.0.0.0{s}")
     } else {
         s.to_string()
     };
-    full.parse()
+    if let Ok(addr) = full.parse() {
+        return Ok(Some(addr));
+    }
+    let unbracketed = full.rsplit_once(':').and_then(|(host, port)| {
+        let ip: std::net::Ipv6Addr = host.parse().ok()?;
+        Some(SocketAddr::from((ip, port.parse::<u16>().ok()?)))
+    });
+    unbracketed
         .map(Some)
         .with_context(|| format!("--metrics-addr {s:?} is not HOST:PORT or :PORT"))
 }
@@ -222,12 +239,20 @@ fn load_backends(args: &DaemonArgs) -> Loaded {
         }
     }
     let open = plan.entry(Behavior::Open);
+    let net = plan.entry(Behavior::Network);
+    // The pin directory is marked as the daemon's before either pinned
+    // backend creates anything in it (and refused if it cannot be).
+    let pin_root = if open.available || net.available {
+        claim_pin_dir(&args.pin_dir)
+    } else {
+        Ok(())
+    };
     let mut fallback = None;
     let openexec = if !open.available {
         Slot::Unavailable(open.reason.clone())
     } else {
-        let pins = args.pin_dir.join("openexec");
-        match on_bpffs(&args.pin_dir).and_then(|()| {
+        let pins = args.pin_dir.join(kyverno_runtime_bpf::pins::OPENEXEC_DIR);
+        match pin_root.clone().and_then(|()| {
             lsm::load_planned(open.backend, Some(&pins))
                 .map_err(|e| format!("loading {}: {e}", open.backend.id()))
         }) {
@@ -277,13 +302,12 @@ fn load_backends(args: &DaemonArgs) -> Loaded {
     if let Err((_, r)) = &tracer {
         tracing::error!(reason = %r, "the exec tracer is not available: execs are observed without argv");
     }
-    let net = plan.entry(Behavior::Network);
     let egress = if !net.available {
         Slot::Unavailable(net.reason.clone())
     } else {
         // Pinned like open/exec: the filter keeps dropping across a restart.
-        match on_bpffs(&args.pin_dir).and_then(|()| {
-            EgressEnforcer::load_pinned(&args.pin_dir.join("egress"))
+        match pin_root.and_then(|()| {
+            EgressEnforcer::load_pinned(&args.pin_dir.join(kyverno_runtime_bpf::pins::EGRESS_DIR))
                 .and_then(EgressManager::new)
                 .map_err(|e| format!("loading the egress filter: {e}"))
         }) {
@@ -452,34 +476,22 @@ fn add_sources(
     }
 }
 
-/// Checks that `pin_dir` is (or would be created) on a bpffs. Pins on any
-/// other filesystem fail, and pins on a bpffs private to a container die
-/// with it; the chart therefore points at the host's, through PID 1's root.
-fn on_bpffs(pin_dir: &std::path::Path) -> Result<(), String> {
-    const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-    let existing = pin_dir
-        .ancestors()
-        .find(|p| p.exists())
-        .unwrap_or(std::path::Path::new("/"));
-    let fs = nix::sys::statfs::statfs(existing).map_err(|e| {
-        format!(
-            "--pin-dir {}: statfs {}: {e}",
-            pin_dir.display(),
-            existing.display()
-        )
-    })?;
-    // The field's integer type differs between libcs; widen it.
-    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-    let magic = fs.filesystem_type().0 as i64;
-    if magic == BPF_FS_MAGIC {
-        Ok(())
-    } else {
-        Err(format!(
-            "--pin-dir {} is not on a bpffs ({} is not one): mount bpffs there, or in a container use the host's through /proc/1/root/sys/fs/bpf",
-            pin_dir.display(),
-            existing.display()
-        ))
-    }
+/// Marks `pin_dir` as the daemon's pin directory (creating it), or says
+/// why it cannot be one. Pins on any other filesystem fail, pins on a
+/// bpffs private to a container die with it, and pins at a bpffs root
+/// could not be told from other tools'; the chart therefore points below
+/// the host's, through PID 1's root.
+fn claim_pin_dir(pin_dir: &std::path::Path) -> Result<(), String> {
+    use kyverno_runtime_bpf::pins::{self, PinError, Refusal};
+    pins::claim(pin_dir, &pins::DAEMON).map_err(|e| match e {
+        PinError::Refused {
+            reason: Refusal::NotBpffs { .. },
+            ..
+        } => format!(
+            "--pin-dir: {e} (mount a bpffs there, or in a container reach the host's through /proc/1/root/sys/fs/bpf)"
+        ),
+        e => format!("--pin-dir: {e}"),
+    })
 }
 
 async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow::Result<ExitCode> {
@@ -842,19 +854,40 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         tasks.abort_all();
     }
     if uninstalling.load(Ordering::SeqCst) {
-        match crate::cli::cleanup::remove_pins(&args.pin_dir) {
-            Ok(()) => {
-                tracing::info!(pin_dir = %args.pin_dir.display(), "DaemonSet deleted (uninstall): removed every pin")
-            }
-            Err(e) => {
-                tracing::error!(pin_dir = %args.pin_dir.display(), error = %e, "removing the pins failed")
-            }
-        }
+        remove_pins(&args.pin_dir);
     } else {
         tracing::info!(pin_dir = %args.pin_dir.display(), "pins kept for the next daemon to adopt");
     }
     tracing::info!(elapsed = ?started.elapsed(), "stopped");
     Ok(exit)
+}
+
+/// The uninstall: removes the daemon's pins with the code of
+/// `kyverno-runtime cleanup` (only what its layout names, in a directory
+/// it marked) and logs what it removed, kept and failed to remove.
+fn remove_pins(pin_dir: &std::path::Path) {
+    let pin_dir_shown = pin_dir.display();
+    match kyverno_runtime_bpf::pins::remove(pin_dir) {
+        Ok(r) if r.absent => {
+            tracing::info!(pin_dir = %pin_dir_shown, "DaemonSet deleted (uninstall): nothing was pinned")
+        }
+        Ok(r) => {
+            for kept in &r.kept {
+                tracing::warn!(path = %kept.path.display(), reason = %kept.reason, "uninstall: kept an entry of the pin directory that is not the daemon's");
+            }
+            for failed in &r.failed {
+                tracing::error!(path = %failed.path.display(), op = failed.op, error = %failed.error, "uninstall: a pin could not be removed");
+            }
+            if r.is_complete() {
+                tracing::info!(pin_dir = %pin_dir_shown, pins = r.removed_pins.len(), directories = r.removed_dirs.len(), "DaemonSet deleted (uninstall): removed every pin")
+            } else {
+                tracing::warn!(pin_dir = %pin_dir_shown, summary = %r, "DaemonSet deleted (uninstall): removed the daemon's pins, kept the rest")
+            }
+        }
+        Err(e) => {
+            tracing::error!(pin_dir = %pin_dir_shown, error = %e, "DaemonSet deleted (uninstall): the pins were not removed")
+        }
+    }
 }
 
 /// Follows the daemon's own DaemonSet and raises `deleted` once it is gone
@@ -891,6 +924,37 @@ async fn watch_own_daemonset(client: kube::Client, placement: Placement, deleted
                 deleted.store(true, Ordering::SeqCst);
             }
             Err(e) => tracing::warn!(error = %e, "DaemonSet watch error (retrying)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metrics_addr;
+
+    #[test]
+    fn metrics_addr_takes_every_form_the_chart_and_users_write() {
+        let ok = [
+            ("", None),
+            (":9090", Some("0.0.0.0:9090")),
+            ("10.244.1.7:9090", Some("10.244.1.7:9090")),
+            ("[fd00::7]:9090", Some("[fd00::7]:9090")),
+            // The chart's $(POD_IP):PORT on an IPv6 pod.
+            ("fd00::7:9090", Some("[fd00::7]:9090")),
+            ("::1:9090", Some("[::1]:9090")),
+        ];
+        for (input, want) in ok {
+            let got = metrics_addr(input).unwrap_or_else(|e| panic!("{input}: {e:#}"));
+            assert_eq!(got.map(|a| a.to_string()).as_deref(), want, "{input}");
+        }
+        for bad in [
+            "9090",
+            "host:9090",
+            "10.0.0.1:",
+            "fd00::7",
+            "10.0.0.1:99999",
+        ] {
+            assert!(metrics_addr(bad).is_err(), "{bad}");
         }
     }
 }

@@ -28,6 +28,7 @@ use super::{
 };
 use crate::cgroup_attach::{attach_egress, CgroupLink};
 use crate::libbpf_log::Capture;
+use crate::pins;
 use crate::skel::dnssnoop::snoop;
 use crate::skel::egress::egress_filter;
 use crate::sys::{self, errno};
@@ -63,32 +64,18 @@ const SNOOP_STATS: &str = "snoop_stats";
 /// and reuses instead of creating.
 const SHARED_WITH_SNOOP: [&str; 4] = [CGROUP_FILTERS, DOMAINS, LEARNED, GENERATION];
 
-/// Every map pinned: all of the object's but libbpf's internal `.bss`.
-const PINNED_MAPS: [&str; 15] = [
-    CGROUP_FILTERS,
-    ALLOW_V4,
-    DENY_V4,
-    ALLOW_V6,
-    DENY_V6,
-    HOSTS,
-    OBSERVATIONS,
-    STATS,
-    META,
-    POLICIES,
-    RULES,
-    BINDINGS,
-    DOMAINS,
-    LEARNED,
-    DOMAIN_RULES,
-];
+/// Every map pinned (all of the object's but libbpf's internal `.bss`, the
+/// generations, the per-socket verdict cache and its seen-once slots,
+/// which a new load starts afresh): the pin layout's (`crate::pins`), the one list the removal knows too.
+const PINNED_MAPS: [&str; 15] = pins::EGRESS_MAPS;
 
 /// Subdirectories of a pin directory.
-const MAPS_DIR: &str = "maps";
-const LINKS_DIR: &str = "links";
-const SNOOP_LINKS_DIR: &str = "snoop_links";
+const MAPS_DIR: &str = pins::EGRESS_MAPS_DIR;
+const LINKS_DIR: &str = pins::EGRESS_LINKS_DIR;
+const SNOOP_LINKS_DIR: &str = pins::EGRESS_SNOOP_LINKS_DIR;
 /// Suffix of a link pin staged before its rename over the real one (bpffs
 /// names cannot hold a `.`).
-const STAGED: &str = "_new";
+const STAGED: &str = pins::STAGED_SUFFIX;
 
 #[derive(Debug)]
 pub(super) struct Filter {
@@ -426,18 +413,13 @@ fn remove_pin(path: &Path) -> Result<()> {
     }
 }
 
-/// Removes every map pin under `maps_dir`. Only the map pins: the links
-/// keep their maps alive (through their program) and keep enforcing until
-/// they are replaced or released.
+/// Removes the map pins of the layout under `maps_dir` (anything else
+/// there is not ours and stays). Only the map pins: the links keep their
+/// maps alive (through their program) and keep enforcing until they are
+/// replaced or released.
 fn remove_map_pins(maps_dir: &Path) -> Result<()> {
-    let entries = match fs::read_dir(maps_dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(pin_err(maps_dir, e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(|e| pin_err(maps_dir, e))?;
-        remove_pin(&entry.path())?;
+    for name in PINNED_MAPS {
+        remove_pin(&maps_dir.join(name))?;
     }
     Ok(())
 }
@@ -582,6 +564,9 @@ impl Filter {
         let maps_dir = dir.join(MAPS_DIR);
         let links_dir = dir.join(LINKS_DIR);
         let snoop_links_dir = dir.join(SNOOP_LINKS_DIR);
+        // Marked as ours before the first pin goes in (and refused when it
+        // is not a bpffs directory of this layout).
+        pins::claim(dir, &pins::EGRESS).map_err(|e| pin_err(dir, e))?;
         for d in [&maps_dir, &links_dir, &snoop_links_dir] {
             fs::create_dir_all(d).map_err(|e| pin_err(d, e))?;
         }
@@ -736,7 +721,11 @@ impl Filter {
         // newer one (attached after its cgroup was programmed), so the
         // replace is finished now (best effort: a staged pin left over is
         // not read, and the next pin of its cgroup replaces it).
-        for staged in names(links_dir)?.iter().filter(|n| n.ends_with(STAGED)) {
+        let is_staged_link = |n: &&String| {
+            n.strip_suffix(STAGED)
+                .is_some_and(|id| id.parse::<u64>().is_ok())
+        };
+        for staged in names(links_dir)?.iter().filter(is_staged_link) {
             let real = links_dir.join(staged.trim_end_matches(STAGED));
             let _ = fs::rename(links_dir.join(staged), real);
         }
@@ -1580,5 +1569,28 @@ mod tests {
         assert_eq!(errno(&e), Some(libc::ENOSPC));
         let e = libbpf_rs::Error::from(std::io::Error::other("bad ELF"));
         assert_eq!(errno(&e), None);
+    }
+
+    /// Every map the pin layout names is a map of the object (so a load
+    /// pins each of them), and every other map of the object is one the
+    /// filter keeps unpinned on purpose.
+    #[test]
+    fn the_pin_layout_names_the_objects_maps() {
+        let open = Filter::open().unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<String> = open
+            .maps()
+            .map(|m| m.name().to_string_lossy().into_owned())
+            .collect();
+        for name in PINNED_MAPS {
+            assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+        }
+        for name in &names {
+            assert!(
+                PINNED_MAPS.contains(&name.as_str())
+                    || [GENERATION, "egress_sock_cache", "egress_seen"].contains(&name.as_str())
+                    || name.ends_with(".bss"),
+                "{name} is neither pinned nor known to stay unpinned"
+            );
+        }
     }
 }

@@ -143,7 +143,9 @@
 //! cgroup was removed meanwhile (the kernel reports cgroup id 0 for it) is
 //! unpinned at load.
 //!
-//! [`EgressFilter::remove_pins`] removes the whole directory: each link
+//! The directory carries the layout marker of [`crate::pins`], written
+//! before the first pin; [`EgressFilter::remove_pins`] removes exactly the
+//! pins of that layout (anything else in the directory stays): each link
 //! detaches once no fd holds it any more (after an RCU grace period).
 //!
 //! # Building without clang
@@ -644,15 +646,15 @@ impl EgressFilter {
         self.inner.take_pinned_links()
     }
 
-    /// Removes the pin directory `dir` and everything in it (uninstall).
-    /// Each pinned link detaches once no process holds an fd of it, after
-    /// an RCU grace period; the maps go with their last holder. A missing
-    /// directory is not an error.
-    pub fn remove_pins(dir: &Path) -> std::io::Result<()> {
-        match std::fs::remove_dir_all(dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => other,
-        }
+    /// Removes the pins [`Self::load_pinned`] made under `dir` (uninstall):
+    /// its maps, links and marker, then each directory once empty,
+    /// refusing a directory not marked as the egress backend's and
+    /// keeping (and naming) anything else (see [`crate::pins`]). Each
+    /// pinned link detaches once no process holds an fd of it, after an
+    /// RCU grace period; the maps go with their last holder. A missing
+    /// directory is an empty removal.
+    pub fn remove_pins(dir: &Path) -> crate::pins::Result<crate::pins::Removal> {
+        crate::pins::remove_kind(dir, crate::pins::Kind::Egress)
     }
 
     /// Removes the map pins under `dir`, keeping the link pins (which keep

@@ -16,6 +16,7 @@ use super::{
     SLOTS,
 };
 use crate::libbpf_log::Capture;
+use crate::pins;
 use crate::ring::RecordReader;
 use crate::skel::openexec::{fmod_ret, lsm};
 use crate::sys::{self, errno};
@@ -32,37 +33,28 @@ const CONFIG: &str = "oe_config";
 const OWNERS: &str = "oe_owners";
 const OBSERVATIONS: &str = "oe_observations";
 const STATS: &str = "oe_stats";
-const PENDING: &str = "oe_pending";
 const NAMES: &str = "oe_names";
 const DENIALS: &str = "oe_denials";
-const DENIAL_RATE: &str = "oe_denial_rate";
 const EXEC_RESOLVED: &str = "oe_exec_resolved";
 
-/// Maps pinned (everything but the per-CPU scratch buffers). The denial
-/// ring is pinned too, so the records the old links' programs write
-/// during a restart reach the new reader.
-const PINNED_MAPS: [&str; 11] = [
-    DENIALS,
-    DENIAL_RATE,
-    NAMES,
-    PENDING,
-    CGROUPS,
-    OPEN_PATHS,
-    EXEC_PATHS,
-    CONFIG,
-    OWNERS,
-    OBSERVATIONS,
-    STATS,
-];
+/// Maps pinned: the pin layout's (`crate::pins`), the one list the
+/// removal knows too.
+const PINNED_MAPS: [&str; 11] = pins::OPENEXEC_MAPS;
 
-/// (program, link pin) of each hook set.
+/// (program, link pin) of each hook set; the pin names are the layout's.
 const LSM_PROGRAMS: &[(&str, &str)] = &[
-    ("krt_oe_lsm_file_open", "link_lsm_file_open"),
-    ("krt_oe_lsm_bprm_check", "link_lsm_bprm_check"),
+    ("krt_oe_lsm_file_open", pins::OPENEXEC_LSM_LINKS[0]),
+    ("krt_oe_lsm_bprm_check", pins::OPENEXEC_LSM_LINKS[1]),
 ];
 const FMOD_RET_PROGRAMS: &[(&str, &str)] = &[
-    ("krt_oe_fmod_ret_file_open", "link_fmod_ret_file_open"),
-    ("krt_oe_fmod_ret_bprm_check", "link_fmod_ret_bprm_check"),
+    (
+        "krt_oe_fmod_ret_file_open",
+        pins::OPENEXEC_FMOD_RET_LINKS[0],
+    ),
+    (
+        "krt_oe_fmod_ret_bprm_check",
+        pins::OPENEXEC_FMOD_RET_LINKS[1],
+    ),
 ];
 
 // The layouts this code writes by hand must be the skeleton's.
@@ -186,7 +178,9 @@ impl Inner {
         let Some(dir) = pin_dir else {
             return Self::load_once(hooks, None);
         };
-        std::fs::create_dir_all(dir).map_err(|e| pin_err(dir, e))?;
+        // Marked as ours before the first pin goes in (and refused when it
+        // is not a bpffs directory of this layout).
+        pins::claim(dir, &pins::OPENEXEC).map_err(|e| pin_err(dir, e))?;
         match Self::load_once(hooks, Some(dir)) {
             Ok(inner) => Ok(inner),
             // Pinned maps this object cannot reuse (another layout): start
@@ -671,7 +665,7 @@ impl Inner {
 fn replace_pin(link: &mut Link, path: &Path) -> Result<()> {
     // bpffs refuses names with a dot.
     let mut staged = PathBuf::from(path).into_os_string();
-    staged.push("_new");
+    staged.push(pins::STAGED_SUFFIX);
     let staged = PathBuf::from(staged);
     if staged.exists() {
         std::fs::remove_file(&staged).map_err(|e| pin_err(&staged, e))?;
@@ -722,4 +716,33 @@ fn decode_event(raw: &[u8]) -> Option<(u64, Dimension, Decision, Vec<u8>)> {
         .take_while(|b| *b != 0)
         .collect();
     Some((cgroup, dimension, decision, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every map the pin layout names is a map of both objects, so each
+    /// hook set's load pins all of them.
+    #[test]
+    fn the_pin_layout_names_maps_of_both_objects() {
+        for (hooks, bytes) in [
+            (Hooks::BpfLsm, lsm::OBJECT),
+            (Hooks::FmodRet, fmod_ret::OBJECT),
+        ] {
+            let open = ObjectBuilder::default()
+                .open_memory(bytes)
+                .unwrap_or_else(|e| panic!("{hooks:?}: {e:#}"));
+            let names: Vec<String> = open
+                .maps()
+                .map(|m| m.name().to_string_lossy().into_owned())
+                .collect();
+            for name in PINNED_MAPS {
+                assert!(
+                    names.iter().any(|n| n == name),
+                    "{hooks:?}: {name} not in {names:?}"
+                );
+            }
+        }
+    }
 }

@@ -48,7 +48,9 @@
 //! stays enforced), attaches its own programs, and only then replaces the
 //! old links, so there is no instant without a program attached. Whoever
 //! loads reads back what it adopted ([`OpenExec::adopted`], the map
-//! getters) and reconciles it.
+//! getters) and reconciles it. The directory carries the layout marker of
+//! [`crate::pins`], written before the first pin, and the pin names are
+//! that layout's; [`OpenExec::remove_pins`] removes exactly those.
 
 use std::path::Path;
 
@@ -636,15 +638,15 @@ impl OpenExec {
         self.inner.denial_reader()
     }
 
-    /// Removes every pin under `pin_dir` (maps and links): the programs are
-    /// detached once no process holds them (bpffs frees an unlinked inode
-    /// after an RCU grace period, so shortly after this returns). For
-    /// uninstalling and tests.
-    pub fn remove_pins(pin_dir: &Path) -> std::io::Result<()> {
-        match std::fs::remove_dir_all(pin_dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => other,
-        }
+    /// Removes the pins [`OpenExec::load`] made under `pin_dir` (its maps,
+    /// links and marker, then the directory once empty), refusing a
+    /// directory that is not marked as the open/exec backend's, and
+    /// keeping (and naming) anything else (see [`crate::pins`]). The
+    /// programs are detached once no process holds them (bpffs frees an
+    /// unlinked inode after an RCU grace period, so shortly after this
+    /// returns). For uninstalling and tests.
+    pub fn remove_pins(pin_dir: &Path) -> crate::pins::Result<crate::pins::Removal> {
+        crate::pins::remove_kind(pin_dir, crate::pins::Kind::OpenExec)
     }
 }
 

@@ -22,7 +22,7 @@ mod steps;
 use anyhow::{bail, Context as _};
 use cluster::Cluster;
 use conformance::results::{Cell, Verdict, BACKEND_ROW};
-use conformance::scenario::{NodeClass, Scenario, StepKind, FIXTURE_ROOT};
+use conformance::scenario::{NodeClass, Scenario, StepKind};
 use daemon::{Daemon, DaemonConfig};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node as NodeObject, Pod, ServiceAccount};
@@ -109,7 +109,10 @@ pub struct NodeHalf {
     open_exec: String,
     started: Instant,
     bpffs_mounted: bool,
-    fixtures_made: bool,
+    /// The fixture files and directories this node created, in order:
+    /// teardown removes exactly these, newest first (a directory only
+    /// once empty), never anything that was there before.
+    fixtures_made: Vec<PathBuf>,
 }
 
 impl NodeHalf {
@@ -148,7 +151,7 @@ impl NodeHalf {
             open_exec: String::new(),
             started,
             bpffs_mounted: true,
-            fixtures_made: false,
+            fixtures_made: Vec::new(),
         };
         node.register()?;
         Ok(node)
@@ -474,26 +477,38 @@ impl NodeHalf {
     fn fixtures(&mut self, s: &Scenario) -> anyhow::Result<()> {
         for p in &s.setup.programs {
             let path = Path::new(p);
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-            }
+            self.fixture_parents(path)?;
             if !path.exists() {
                 std::fs::copy(&self.plan.busybox, path)
                     .with_context(|| format!("copying busybox to {p}"))?;
+                self.fixtures_made.push(path.to_owned());
             }
-            self.fixtures_made = true;
         }
         for f in &s.setup.files {
             let path = Path::new(f);
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-            }
+            self.fixture_parents(path)?;
+            let existed = path.exists();
             std::fs::write(path, b"krt-conformance fixture\n")
                 .with_context(|| format!("writing {f}"))?;
-            self.fixtures_made = true;
+            if !existed {
+                self.fixtures_made.push(path.to_owned());
+            }
         }
+        Ok(())
+    }
+
+    /// Creates the missing parent directories of `path`, recording each.
+    fn fixture_parents(&mut self, path: &Path) -> anyhow::Result<()> {
+        let Some(dir) = path.parent() else {
+            return Ok(());
+        };
+        let missing: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        self.fixtures_made.extend(missing.into_iter().rev());
         Ok(())
     }
 
@@ -582,8 +597,14 @@ impl NodeHalf {
             let _ = std::fs::remove_dir(&self.plan.bpffs);
             self.bpffs_mounted = false;
         }
-        if self.fixtures_made {
-            let _ = std::fs::remove_dir_all(FIXTURE_ROOT);
+        // Only what this node created, newest first; a directory that
+        // still holds something else stays.
+        for made in std::mem::take(&mut self.fixtures_made).iter().rev() {
+            let _ = match std::fs::symlink_metadata(made) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir(made),
+                Ok(_) => std::fs::remove_file(made),
+                Err(_) => Ok(()),
+            };
         }
     }
 }
