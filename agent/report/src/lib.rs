@@ -63,7 +63,7 @@ pub use result::{outcome, pod_reference, property, report_result, MAX_PODS_LISTE
 /// output path (the `redaction-cases` feature).
 #[cfg(any(test, feature = "redaction-cases"))]
 pub use sanitize::cases as redaction_cases;
-pub use sanitize::{sanitize, sanitize_argv, MASK, MAX_CHARS, PRE_CUT_CHARS};
+pub use sanitize::{sanitize, sanitize_argv, sanitize_with_argv, MASK, MAX_CHARS, PRE_CUT_CHARS};
 
 #[cfg(test)]
 mod chokepoint_tests;

@@ -108,6 +108,70 @@ pub fn sanitize_argv(argv: &[String]) -> Vec<String> {
     vec![MASK.to_string(); argv.len()]
 }
 
+/// [`sanitize`] for a text that may quote the arguments of `argv` (an
+/// evaluator's error about the exec: `No such key: hunter2`): whatever
+/// [`sanitize_argv`] masks in an argument is masked wherever the text
+/// quotes it, whole or in part, and the text is then sanitized. A secret
+/// that only its position in argv gives away (`mysql -p hunter2`) is a
+/// plain word anywhere else.
+pub fn sanitize_with_argv(text: &str, argv: &[String]) -> String {
+    let redacted = sanitize_argv(argv);
+    let mut secrets: Vec<String> = Vec::new();
+    for (raw, red) in argv.iter().zip(&redacted) {
+        let raw = clean_characters(raw);
+        if &raw != red {
+            secrets.extend(masked_parts(&raw, red));
+        }
+    }
+    secrets.retain(|s| !s.trim().is_empty() && s != MASK);
+    // Longest first, so a part inside a longer one does not split it.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.dedup();
+    let mut out = clean_characters(text);
+    for secret in &secrets {
+        out = out.replace(secret.as_str(), MASK);
+    }
+    sanitize(&out)
+}
+
+/// What of `raw` its redaction `red` masked: the part between their
+/// common prefix and suffix (everything that changed), and each span the
+/// `***`s of `red` stand for when `red`'s other pieces are found in `raw`
+/// in order.
+fn masked_parts(raw: &str, red: &str) -> Vec<String> {
+    let prefix: usize = raw
+        .chars()
+        .zip(red.chars())
+        .take_while(|(a, b)| a == b)
+        .map(|(a, _)| a.len_utf8())
+        .sum();
+    let suffix: usize = raw[prefix..]
+        .chars()
+        .rev()
+        .zip(red[prefix.min(red.len())..].chars().rev())
+        .take_while(|(a, b)| a == b)
+        .map(|(a, _)| a.len_utf8())
+        .sum();
+    let mut parts = vec![raw[prefix..raw.len() - suffix].to_string()];
+    let pieces: Vec<&str> = red.split(MASK).collect();
+    let mut at = 0;
+    for (i, piece) in pieces.iter().enumerate() {
+        let found = if i == 0 {
+            raw.starts_with(piece).then_some(0)
+        } else {
+            raw[at..].find(piece).map(|f| at + f)
+        };
+        let Some(found) = found else {
+            break;
+        };
+        if i > 0 {
+            parts.push(raw[at..found].to_string());
+        }
+        at = found + piece.len();
+    }
+    parts
+}
+
 /// Scrubs and bounds one string for output: control characters become
 /// spaces and invisible formatting characters go; secret-looking material
 /// is masked as `***` (URL userinfo, token shapes, `key=value` and

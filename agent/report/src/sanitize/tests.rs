@@ -443,3 +443,29 @@ fn the_docs_show_the_redaction_table() {
         "{path} does not show the redaction table as it is; replace its table with:\n\n{table}"
     );
 }
+
+/// An evaluator's error quoting an argument: what `sanitize_argv` masks in
+/// the argument is masked in the error, whole or in part.
+#[test]
+fn a_text_quoting_argv_loses_what_argv_masks() {
+    let argv: Vec<String> = [
+        "mysql",
+        "-p",
+        "hunter2",
+        "-pattached",
+        "sh -c 'curl -u a:s3cret x'",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (text, want) in [
+        ("No such key: hunter2", "No such key: ***"),
+        ("bad value -pattached", "bad value -p***"),
+        ("nothing of it here", "nothing of it here"),
+        ("quoted s3cret", "quoted ***"),
+        ("No such key: mysql", "No such key: mysql"),
+    ] {
+        assert_eq!(sanitize_with_argv(text, &argv), want, "{text}");
+    }
+    assert_eq!(sanitize_with_argv("token=x", &[]), "token=***");
+}
