@@ -352,11 +352,18 @@ pub(super) fn apply(argv: &[String], edits: &mut Edits) {
 fn positional(argv: &[String], i: usize, seen: &mut Seen, edits: &mut Edits) {
     let arg = argv[i].as_str();
     let base = base_name(arg);
+    // Each list holds a program's rules once, however often it appears, so
+    // the walk stays linear in the arguments.
+    fn add(list: &mut Vec<&'static PasswordFlags>, rules: &'static PasswordFlags) {
+        if !list.iter().any(|r| std::ptr::eq(*r, rules)) {
+            list.push(rules);
+        }
+    }
     for rules in PASSWORD_FLAGS {
         if rules.programs.contains(&base) {
             match rules.after {
-                None => seen.flags.push(rules),
-                Some(_) => seen.waiting.push(rules),
+                None => add(&mut seen.flags, rules),
+                Some(_) => add(&mut seen.waiting, rules),
             }
         }
     }
@@ -366,7 +373,9 @@ fn positional(argv: &[String], i: usize, seen: &mut Seen, edits: &mut Edits) {
         .copied()
         .filter(|r| r.after == Some(arg))
         .collect();
-    seen.flags.extend(ready);
+    for rules in ready {
+        add(&mut seen.flags, rules);
+    }
     if seen.owner.is_none()
         && !is_assignment(arg)
         && !arg.bytes().all(|b| b.is_ascii_digit())
