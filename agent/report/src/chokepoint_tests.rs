@@ -1,6 +1,7 @@
 //! The redaction chokepoint, end to end: no string field of a [`Finding`]
 //! escapes [`sanitize`] on any way out (its redaction, its `Debug`, its
-//! Report result, the Report a flush writes).
+//! Report result, the Report a flush writes), and no secret of the
+//! redaction table (`sanitize/cases.rs`) in an exec's argv does either.
 //!
 //! Adding a string field to `Finding` or `PodIdentity` breaks the
 //! exhaustive destructurings below at compile time: give the new field a
