@@ -440,3 +440,41 @@ async fn a_refused_event_is_counted_and_the_recorder_goes_on() {
     assert_eq!(events_regarding(&client, NS, &pod.uid).await.len(), 1);
     running.stop().await;
 }
+
+/// Every row of the redaction table, as the argv of an exec finding handed
+/// to the recorder through the hook the reporter's flush calls: the
+/// Events stored on the real API server hold none of the secrets.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_secret_of_the_redaction_table_reaches_an_event() {
+    use kyverno_runtime_report::redaction_cases::{all_secrets, CASES};
+    use kyverno_runtime_report::Process;
+    let client = client().await;
+    let pod = fresh_pod(&client, "redaction-table-web").await;
+    let running = Running::start().await;
+    let hook = running.handle.flush_sink();
+    for (i, case) in CASES.iter().enumerate() {
+        let mut f = finding(&pod, "watch-exec", &format!("/usr/bin/tool-{i:03}"), false);
+        f.process = Some(Process {
+            pid: 7,
+            comm: "tool".into(),
+            argv: case.argv(),
+        });
+        hook(&f, 1);
+    }
+    assert_eq!(
+        running.next_writes(CASES.len()).await,
+        vec![WriteResult::Created; CASES.len()]
+    );
+    let events = events_regarding(&client, NS, &pod.uid).await;
+    assert_eq!(events.len(), CASES.len());
+    let mut bytes = 0;
+    for e in &events {
+        let text = raw_event(&client, NS, e.metadata.name.as_deref().unwrap()).await;
+        bytes += text.len();
+        for secret in all_secrets() {
+            assert!(!text.contains(secret), "{secret} reached an Event: {text}");
+        }
+    }
+    println!("{} Events, {bytes} bytes stored, no secret", events.len());
+    running.stop().await;
+}

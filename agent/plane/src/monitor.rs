@@ -403,12 +403,20 @@ impl Monitor {
         })
     }
 
-    fn filter_errors(&self, policy: &MonitorPolicy, errors: Vec<FilterError>) {
+    fn filter_errors(&self, policy: &MonitorPolicy, errors: Vec<FilterError>, facts: &Facts) {
         for e in errors {
             if let Some(m) = &self.metrics {
                 m.monitor_filter_eval_error(&policy.name, &e.expression);
             }
-            tracing::debug!(policy = %policy.name, expression = %e.expression, error = %e.error, "monitorFilter failed to evaluate; the finding is reported anyway");
+            // The evaluator's error can quote the event (`No such key:
+            // <argv[2]>`): a log line is a way out too, so it passes the
+            // chokepoint, which masks there what it masks in the argv.
+            let argv: &[String] = match facts {
+                Facts::Exec { argv, .. } => argv,
+                _ => &[],
+            };
+            let error = report::sanitize_with_argv(&e.error, argv);
+            tracing::debug!(policy = %policy.name, expression = %e.expression, error = %error, "monitorFilter failed to evaluate; the finding is reported anyway");
         }
     }
 }
@@ -494,7 +502,7 @@ impl Sink for Monitor {
                         let mut errors = Vec::new();
                         let pass = FILTER_CONTEXT
                             .with(|ctx| passes(&policy.filters, ctx, value, &mut errors));
-                        self.filter_errors(policy, errors);
+                        self.filter_errors(policy, errors, &event.facts);
                         if !pass {
                             continue;
                         }

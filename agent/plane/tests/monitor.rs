@@ -626,3 +626,69 @@ fn the_example_exec_filter_leaves_out_health_checks() {
     ));
     assert_eq!(findings.take().len(), 1);
 }
+
+/// Every row of the redaction table, as the argv of an exec the kernel
+/// refused and a monitor policy reports: no secret reaches a log line, at
+/// any level, though a monitorFilter's errors quote every argument
+/// (`No such key: <argv[i]>`) and the findings are logged as `Debug`
+/// prints them.
+#[test]
+fn no_secret_of_the_redaction_table_reaches_a_log_line() {
+    use kyverno_runtime_report::redaction_cases::{all_secrets, CASES};
+    use std::io::Write;
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let (m, findings, _) = monitor();
+    // One expression per argument position, each failing with the
+    // argument in its message.
+    let expressions: Vec<serde_json::Value> = (0..10)
+        .map(|i| {
+            serde_json::json!({"name": format!("quote-{i}"),
+                "expression": format!("{{'a': true}}[event.exec.argv[{i}]]")})
+        })
+        .collect();
+    m.set_policy(policy(
+        "watch-exec",
+        serde_json::json!({"mode": "monitor", "podSelector": {},
+            "behaviors": [{"exec": {"deny": {"values": ["*"]}}}],
+            "monitorFilter": {"expressions": expressions}}),
+    ));
+    let buffer = Buffer::default();
+    let sink = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    let web = pod(&[]);
+    tracing::subscriber::with_default(subscriber, || {
+        for case in CASES {
+            let mut e = exec("/usr/bin/tool", case.argv, &web);
+            e.kernel = Some(KernelVerdict::Denied);
+            m.handle(&e);
+        }
+        for f in findings.take() {
+            tracing::info!(finding = ?f, "a finding");
+        }
+    });
+    let logged = String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
+    let lines = logged.lines().count();
+    assert!(
+        logged.matches("No such key").count() >= CASES.len(),
+        "every row's arguments are quoted by an error: {logged}"
+    );
+    assert_eq!(logged.matches("a finding").count(), CASES.len(), "{logged}");
+    for secret in all_secrets() {
+        assert!(!logged.contains(secret), "{secret} reached the log");
+    }
+    println!("{lines} log lines for {} rows, no secret", CASES.len());
+}

@@ -398,6 +398,103 @@ async fn no_secret_reaches_the_wire() {
     server.await.unwrap().unwrap();
 }
 
+/// A finding per row of the redaction table, its argv the row's.
+fn table_findings() -> Vec<(
+    Finding,
+    &'static kyverno_runtime_report::redaction_cases::Case,
+)> {
+    use kyverno_runtime_report::{redaction_cases::CASES, Process};
+    CASES
+        .iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let mut f = finding(&format!("/usr/bin/tool-{i:03}"));
+            f.process = Some(Process {
+                pid: 7,
+                comm: "tool".into(),
+                argv: case.argv(),
+            });
+            (f, case)
+        })
+        .collect()
+}
+
+/// Every row of the redaction table reaches the collector, over mutual
+/// TLS, as a gRPC message whose argv is the row's redaction and whose
+/// bytes hold none of the row's secrets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_of_the_redaction_table_reaches_the_wire() {
+    let pki = pki();
+    let c = Collector::bind("127.0.0.1:0".parse().unwrap(), &pki.server_tls())
+        .await
+        .unwrap();
+    let addr = c.local_addr();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (stop_server, signal) = stop_signal();
+    let server = tokio::spawn(c.serve_service(Recorder(tx), signal));
+    let sink = PushSink::new(pki.config(addr), None).unwrap();
+    let handle = sink.handle();
+    let sending = run(sink);
+    let rows = table_findings();
+    for (f, _) in &rows {
+        handle.submit(f.clone());
+    }
+    let mut bytes = 0;
+    for (_, case) in &rows {
+        let message = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let encoded = message.encode_to_vec();
+        bytes += encoded.len();
+        for secret in case.secrets {
+            assert!(
+                !encoded
+                    .windows(secret.len())
+                    .any(|w| w == secret.as_bytes()),
+                "{}: {secret} in the gRPC message",
+                case.rule
+            );
+        }
+        assert_eq!(
+            message.process.unwrap().argv,
+            case.redacted,
+            "{}",
+            case.rule
+        );
+    }
+    println!("{} gRPC messages, {bytes} bytes, no secret", rows.len());
+    sending.stop().await;
+    let _ = stop_server.send(());
+    server.await.unwrap().unwrap();
+}
+
+/// The reference collector's JSON lines for the same findings carry none
+/// of the secrets either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_of_the_redaction_table_reaches_the_collectors_output() {
+    let pki = pki();
+    let (addr, out, server) = collector(&pki, "127.0.0.1:0".parse().unwrap()).await;
+    let sink = PushSink::new(pki.config(addr), None).unwrap();
+    let handle = sink.handle();
+    let sending = run(sink);
+    let rows = table_findings();
+    for (f, _) in &rows {
+        handle.submit(f.clone());
+    }
+    until(Duration::from_secs(10), "every row", || {
+        out.lines().len() >= rows.len()
+    })
+    .await;
+    let text = out.lines().join("\n");
+    for secret in kyverno_runtime_report::redaction_cases::all_secrets() {
+        assert!(!text.contains(secret), "{secret} in the collector's output");
+    }
+    sending.stop().await;
+    let (result, _) = server.stop().await;
+    result.unwrap();
+}
+
 // ---------------------------------------------------------------- (b)
 
 /// A client certificate from another CA is refused: nothing arrives, and

@@ -1,6 +1,7 @@
 //! The redaction chokepoint, end to end: no string field of a [`Finding`]
 //! escapes [`sanitize`] on any way out (its redaction, its `Debug`, its
-//! Report result, the Report a flush writes).
+//! Report result, the Report a flush writes), and no secret of the
+//! redaction table (`sanitize/cases.rs`) in an exec's argv does either.
 //!
 //! Adding a string field to `Finding` or `PodIdentity` breaks the
 //! exhaustive destructurings below at compile time: give the new field a
@@ -200,4 +201,70 @@ fn a_raw_finding_given_to_report_result_is_scrubbed_too() {
     // by handing it an unredacted finding.
     let json = serde_json::to_string(&report_result(&secret_finding())).unwrap();
     assert!(!json.contains(SECRET));
+}
+
+/// A finding per row of the redaction table, its argv the row's.
+fn table_findings() -> Vec<(Finding, &'static crate::redaction_cases::Case)> {
+    crate::redaction_cases::CASES
+        .iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let mut f = secret_finding();
+            f.policy = "watch-exec".into();
+            f.policy_uid = "11111111-2222-3333-4444-555555555555".into();
+            f.pod = PodIdentity {
+                namespace: "shop".into(),
+                name: "web-0".into(),
+                uid: "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee".into(),
+                container: Some("app".into()),
+                owner_kind: None,
+                owner_name: None,
+            };
+            f.target = format!("/usr/bin/tool-{i:03}");
+            f.process = Some(Process {
+                pid: 7,
+                comm: "tool".into(),
+                argv: case.argv(),
+            });
+            (f, case)
+        })
+        .collect()
+}
+
+/// Every row of the redaction table through each way a finding is
+/// written out in this crate: its redaction, its `Debug`, its Report
+/// result (the argv property is the row's redaction, joined), and the
+/// Report a flush writes for all of them.
+#[test]
+fn no_secret_of_the_redaction_table_reaches_a_report() {
+    let rows = table_findings();
+    let mut findings = BTreeMap::new();
+    for (f, case) in &rows {
+        let redacted = f.clone().redact();
+        let debug = format!("{f:?}");
+        let result = serde_json::to_string(&report_result(f)).unwrap();
+        for secret in case.secrets {
+            for (path, text) in [("Debug", &debug), ("result", &result)] {
+                assert!(!text.contains(secret), "{}: {secret} in {path}", case.rule);
+            }
+        }
+        let props = report_result(f).properties.unwrap();
+        assert_eq!(
+            props[property::ARGV],
+            crate::sanitize(&case.redacted.join(" ")),
+            "{}",
+            case.rule
+        );
+        findings.insert(redacted.fingerprint(), redacted);
+    }
+    let pod = PodKey::of(&rows[0].0.clone().redact());
+    let merged = desired_report(None, &pod, &findings, 500);
+    let json = serde_json::to_string(&merged.report).unwrap();
+    assert_eq!(
+        merged.report.spec.results.as_ref().unwrap().len(),
+        rows.len()
+    );
+    for secret in crate::redaction_cases::all_secrets() {
+        assert!(!json.contains(secret), "{secret} in the Report");
+    }
 }

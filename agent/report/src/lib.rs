@@ -58,7 +58,12 @@ pub use reporter::{
     ReporterOptions, WriteHook, WriteResult,
 };
 pub use result::{outcome, pod_reference, property, report_result, MAX_PODS_LISTED, SOURCE};
-pub use sanitize::{sanitize, sanitize_argv, MASK, MAX_CHARS, PRE_CUT_CHARS};
+/// The redaction table ([`redaction_cases::CASES`]): the secrets people
+/// pass in argv and what each must read as, shared by the tests of every
+/// output path (the `redaction-cases` feature).
+#[cfg(any(test, feature = "redaction-cases"))]
+pub use sanitize::cases as redaction_cases;
+pub use sanitize::{sanitize, sanitize_argv, sanitize_with_argv, MASK, MAX_CHARS, PRE_CUT_CHARS};
 
 #[cfg(test)]
 mod chokepoint_tests;

@@ -492,3 +492,54 @@ async fn secrets_in_a_target_never_reach_the_stored_report() {
         assert!(!text.contains(secret), "{secret} leaked: {text}");
     }
 }
+
+/// Every row of the redaction table, as the argv of an exec finding,
+/// written by the reporter into a Report on the real API server: the
+/// stored object holds none of the secrets, and each result's argv
+/// property is the row's redaction.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_secret_of_the_redaction_table_reaches_a_stored_report() {
+    use kyverno_runtime_report::redaction_cases::{all_secrets, CASES};
+    use kyverno_runtime_report::Process;
+    let client = client().await;
+    let pod = fresh_pod(&client, "redaction-table-web").await;
+    let reporter = Reporter::new(client.clone(), ReporterOptions::default());
+    for (i, case) in CASES.iter().enumerate() {
+        let mut f = finding(&pod, &format!("/usr/bin/tool-{i:03}"), 1, 1, 1);
+        f.process = Some(Process {
+            pid: 7,
+            comm: "tool".into(),
+            argv: case.argv(),
+        });
+        reporter.handle().submit(f);
+    }
+    let flushed = reporter.flush().await;
+    assert_eq!(only_outcome(&flushed), &WriteResult::Created);
+
+    let path = format!(
+        "/apis/openreports.io/v1alpha1/namespaces/{NS}/reports/{}",
+        kyverno_runtime_report::report_name(&pod.name)
+    );
+    let text = client
+        .request_text(http::Request::get(path).body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    for secret in all_secrets() {
+        assert!(!text.contains(secret), "{secret} reached the stored Report");
+    }
+    let report = stored(&client, &pod).await;
+    for (i, case) in CASES.iter().enumerate() {
+        let result = by_target(&report, &format!("/usr/bin/tool-{i:03}"));
+        assert_eq!(
+            prop(result, property::ARGV),
+            kyverno_runtime_report::sanitize(&case.redacted.join(" ")),
+            "{}",
+            case.rule
+        );
+    }
+    println!(
+        "{} results, {} bytes stored, no secret",
+        CASES.len(),
+        text.len()
+    );
+}
