@@ -528,6 +528,7 @@ fn an_overflowing_observation_map_is_counted_in_metrics() {
         .kubectl_ok(&["delete", "rpol", "host-lost-net"])
         .unwrap();
     force_delete_pod(cluster, NS, "lost-web");
+}
 
 /// The uninstall path (#24 §1): once its DaemonSet is deleted, the daemon's
 /// shutdown removes its own pins with `cleanup`'s code, and keeps, logs
