@@ -82,6 +82,82 @@ pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, InputError> 
     })
 }
 
+/// Reads an input already open (`name` is how errors show it) as UTF-8
+/// text of at most [`MAX_INPUT_BYTES`].
+pub fn read_text_from(name: &str, reader: impl Read) -> Result<String, InputError> {
+    let bytes = read_at_most(reader, MAX_INPUT_BYTES).map_err(|source| InputError::Io {
+        name: name.to_owned(),
+        source,
+    })?;
+    let Some(bytes) = bytes else {
+        return Err(InputError::TooLarge {
+            name: name.to_owned(),
+            limit: MAX_INPUT_BYTES,
+        });
+    };
+    String::from_utf8(bytes).map_err(|e| InputError::NotText {
+        name: name.to_owned(),
+        offset: e.utf8_error().valid_up_to(),
+    })
+}
+
+/// A parser's error message (serde's, YAML's, JSON's) without the input
+/// it quotes: every double-quoted string (`invalid type: string "..."`,
+/// `duplicate entry with key "..."`) and every back-quoted scalar (an
+/// integer, float, character, boolean or enum variant) becomes `…`. What
+/// stays says what was expected and where (line, column, field names), so
+/// the message still helps whoever wrote the file; what goes is anything a
+/// file the reader should not have shown could have put there (a token
+/// read by mistake prints as `string "…"`, not as itself).
+pub fn content_free(message: &str) -> String {
+    const SCALARS: [&str; 5] = [
+        "integer ",
+        "floating point ",
+        "character ",
+        "boolean ",
+        "variant ",
+    ];
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(['"', '`']) {
+        let (before, from) = rest.split_at(at);
+        out.push_str(before);
+        let quote = if from.starts_with('"') { '"' } else { '`' };
+        let body = &from[1..];
+        // The closing quote: serde writes a string with Rust's escapes
+        // (`\"` inside), a back-quoted scalar has none.
+        let mut end = None;
+        let mut escaped = false;
+        for (i, c) in body.char_indices() {
+            match c {
+                '\\' if quote == '"' && !escaped => escaped = true,
+                c if c == quote && !escaped => {
+                    end = Some(i);
+                    break;
+                }
+                _ => escaped = false,
+            }
+        }
+        let Some(end) = end else {
+            // Unbalanced: nothing after it can be told apart from input.
+            out.push(quote);
+            out.push('…');
+            return out;
+        };
+        let redact = quote == '"' || SCALARS.iter().any(|s| out.ends_with(s));
+        out.push(quote);
+        if redact {
+            out.push('…');
+        } else {
+            out.push_str(&body[..end]);
+        }
+        out.push(quote);
+        rest = &body[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Reads at most `limit` bytes; `None` when there were more.
 fn read_at_most(reader: impl Read, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
     let mut bytes = Vec::new();
@@ -127,6 +203,59 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn a_parser_message_keeps_its_shape_and_loses_the_input() {
+        let cases = [
+            (
+                "invalid type: string \"ghp_SECRET\", expected struct TestFile",
+                "invalid type: string \"…\", expected struct TestFile",
+            ),
+            (
+                "invalid type: string \"a\\\"b\", expected u64 at line 3 column 9",
+                "invalid type: string \"…\", expected u64 at line 3 column 9",
+            ),
+            (
+                "unknown field `polices`, expected one of `name`, `policies`",
+                "unknown field `polices`, expected one of `name`, `policies`",
+            ),
+            (
+                "unknown variant `hunter2`, expected `monitor` or `enforce`",
+                "unknown variant `…`, expected `monitor` or `enforce`",
+            ),
+            (
+                "invalid value: integer `123456`, expected u8",
+                "invalid value: integer `…`, expected u8",
+            ),
+            (
+                "duplicate entry with key \"pw\" at line 2",
+                "duplicate entry with key \"…\" at line 2",
+            ),
+            (
+                "invalid type: string \"unclosed",
+                "invalid type: string \"…",
+            ),
+            (
+                "expected value at line 1 column 1",
+                "expected value at line 1 column 1",
+            ),
+        ];
+        for (message, want) in cases {
+            assert_eq!(content_free(message), want, "{message}");
+        }
+    }
+
+    #[test]
+    fn an_open_reader_is_bounded_too() {
+        let err = read_text_from("events", std::io::repeat(b'a'))
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("events: larger than 16777216 bytes (the limit for one input); nothing was read past it")
+        );
+        assert_eq!(read_text_from("x", &b"ok"[..]).ok().as_deref(), Some("ok"));
     }
 
     #[test]

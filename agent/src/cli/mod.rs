@@ -2,6 +2,7 @@
 
 pub mod cleanup;
 mod collector;
+mod confined;
 mod crd;
 pub mod input;
 mod policy;
