@@ -33,15 +33,15 @@ pub fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
     let existed = args.pin_dir.exists();
     remove_pins(&args.pin_dir).with_context(|| format!("removing {}", args.pin_dir.display()))?;
     if existed {
-        println!(
+        crate::outln!(
             "removed {} (programs detach once no process holds them)",
             args.pin_dir.display()
-        );
+        )?;
     } else {
-        println!(
+        crate::outln!(
             "{} does not exist: nothing to remove",
             args.pin_dir.display()
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

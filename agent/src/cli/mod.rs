@@ -5,6 +5,7 @@ mod collector;
 mod confined;
 mod crd;
 pub mod input;
+pub mod out;
 mod policy;
 mod policy_test;
 mod probe;

@@ -98,14 +98,14 @@ fn check(files: &[PathBuf], data: Option<&std::path::Path>) -> anyhow::Result<Ex
                 Ok(serde_yaml::Value::Null) => continue,
                 Ok(v) => v,
                 Err(e) => {
-                    println!("{}: document {}: not YAML: {e}", file.display(), i + 1);
+                    crate::outln!("{}: document {}: not YAML: {e}", file.display(), i + 1)?;
                     failed += 1;
                     continue;
                 }
             };
             checked += 1;
             let (out, outcome) = check_document(value, &data);
-            print!("{}: {out}", file.display());
+            crate::out!("{}: {out}", file.display())?;
             match outcome {
                 Outcome::Ok => {}
                 Outcome::NeedsData => needing_data += 1,
@@ -113,7 +113,7 @@ fn check(files: &[PathBuf], data: Option<&std::path::Path>) -> anyhow::Result<Ex
             }
         }
     }
-    println!(
+    crate::outln!(
         "{checked} polic{} checked, {failed} with errors{}",
         if checked == 1 { "y" } else { "ies" },
         if needing_data > 0 {
@@ -121,7 +121,7 @@ fn check(files: &[PathBuf], data: Option<&std::path::Path>) -> anyhow::Result<Ex
         } else {
             String::new()
         }
-    );
+    )?;
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {

@@ -199,17 +199,17 @@ pub fn run(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
                 1,
             ),
         };
-        print!("{out}");
+        crate::out!("{out}")?;
         cases += ran;
         failed += bad;
     }
-    println!(
+    crate::outln!(
         "{} test{}, {cases} case{}: {} passed, {failed} failed",
         files.len(),
         if files.len() == 1 { "" } else { "s" },
         if cases == 1 { "" } else { "s" },
         cases.saturating_sub(failed),
-    );
+    )?;
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
