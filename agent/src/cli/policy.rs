@@ -24,7 +24,9 @@ use kyverno_runtime_enforce::openexec::{compile_paths, Mode};
 use kyverno_runtime_policy::cel::eval::{shared_policy_context, RUNTIME_COST_BUDGET};
 use kyverno_runtime_policy::compile::CompiledPolicy;
 use kyverno_runtime_policy::sources::{DataFile, DataSet};
-use kyverno_runtime_policy::values::{parse_dns, parse_protocol, BehaviorKind, ValueError};
+use kyverno_runtime_policy::values::{
+    parse_dns, parse_protocol, printable, BehaviorKind, ValueError,
+};
 use serde::Deserialize as _;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -232,7 +234,12 @@ pub(crate) fn check_document(value: serde_yaml::Value, data: &DataSet) -> (Strin
             if v.is_empty() {
                 "(none)".to_string()
             } else {
-                v.join(", ")
+                // A value from an expression can hold anything: a newline
+                // or a bidi control is shown escaped, not acted on.
+                v.iter()
+                    .map(|v| printable(v))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
         };
         let _ = writeln!(out, "  {}", lists.field.as_str());
@@ -247,6 +254,10 @@ pub(crate) fn check_document(value: serde_yaml::Value, data: &DataSet) -> (Strin
         }
         for r in &rejected {
             let _ = writeln!(out, "    error: {r}");
+        }
+        // Accepted, so not a failure; but it cannot mean what it seems to.
+        for w in convert::warnings(kind, &lists) {
+            let _ = writeln!(out, "    warning: {w}");
         }
         ok &= rejected.is_empty();
     }

@@ -222,6 +222,44 @@ struct Rejections {
     network: Vec<String>,
     open: Vec<String>,
     exec: Vec<String>,
+    /// Values programmed as written (or normalized) that cannot mean what
+    /// they seem to, grouped by the same conditions.
+    warnings: Warnings,
+}
+
+/// [`convert::warnings`] of a policy's lists, by spec condition: network,
+/// protocol and dns under TargetsValid, then open, then exec.
+#[derive(Default, PartialEq)]
+struct Warnings {
+    network: Vec<String>,
+    open: Vec<String>,
+    exec: Vec<String>,
+}
+
+impl Warnings {
+    /// The warnings of an evaluation, whatever backend this node has: they
+    /// are about the spec, the same answer on every node.
+    fn of(result: &EvaluationResult) -> Self {
+        let mut w = Warnings::default();
+        for kind in BehaviorKind::ALL {
+            let Some(lists) = convert::lists(result, kind) else {
+                continue;
+            };
+            let into = match kind {
+                BehaviorKind::Open => &mut w.open,
+                BehaviorKind::Exec => &mut w.exec,
+                BehaviorKind::Network | BehaviorKind::Protocol | BehaviorKind::Dns => {
+                    &mut w.network
+                }
+            };
+            into.extend(
+                convert::warnings(kind, &lists)
+                    .iter()
+                    .map(ToString::to_string),
+            );
+        }
+        w
+    }
 }
 
 impl Engine {
@@ -518,7 +556,17 @@ impl Engine {
         // settle it with observe_policy once the kernel holds them).
         self.stage_policy(name);
         let mut failures = Vec::new();
-        let mut rejections = Rejections::default();
+        let mut rejections = Rejections {
+            warnings: Warnings::of(&result),
+            ..Rejections::default()
+        };
+        // Logged when they change, not on every re-evaluation.
+        if self.rejections.get(&uid).map(|r| &r.warnings) != Some(&rejections.warnings) {
+            let w = &rejections.warnings;
+            for warning in w.network.iter().chain(&w.open).chain(&w.exec) {
+                tracing::warn!(policy = %name, %warning, "a policy value is accepted but cannot match as written");
+            }
+        }
         if let Some(m) = self.openexec.get() {
             let outcome = m.upsert_policy(OpenExecPolicy {
                 id: id.clone(),
@@ -1058,14 +1106,26 @@ impl Engine {
         ]
         .into_iter()
         .find(|k| p.active.contains(k));
-        for (kind, type_, list) in [
+        let w = &r.warnings;
+        for (kind, type_, list, warnings) in [
             (
                 egress_side.unwrap_or(BehaviorKind::Network),
                 types::TARGETS_VALID,
                 &r.network,
+                &w.network,
             ),
-            (BehaviorKind::Open, types::OPEN_RULES_VALID, &r.open),
-            (BehaviorKind::Exec, types::EXEC_RULES_VALID, &r.exec),
+            (
+                BehaviorKind::Open,
+                types::OPEN_RULES_VALID,
+                &r.open,
+                &w.open,
+            ),
+            (
+                BehaviorKind::Exec,
+                types::EXEC_RULES_VALID,
+                &r.exec,
+                &w.exec,
+            ),
         ] {
             if !p.active.contains(&kind) {
                 continue;
@@ -1075,31 +1135,31 @@ impl Engine {
             } else {
                 kind.as_str()
             };
-            let (status, reason, message) = if list.is_empty() {
-                ("True", "Valid", format!("every {what} value is programmed"))
-            } else {
-                let mut shown: Vec<&str> = list
-                    .iter()
-                    .take(REJECTIONS_SHOWN)
-                    .map(String::as_str)
-                    .collect();
-                let more = list.len().saturating_sub(REJECTIONS_SHOWN);
-                let tail = if more > 0 {
-                    format!("; and {more} more")
+            let (status, reason, mut message) = if list.is_empty() {
+                let reason = if warnings.is_empty() {
+                    "Valid"
                 } else {
-                    String::new()
+                    "ValidWithWarnings"
                 };
-                shown.dedup();
+                ("True", reason, format!("every {what} value is programmed"))
+            } else {
                 (
                     "False",
                     "ValuesRejected",
                     format!(
-                        "{} value(s) not programmed: {}{tail}",
+                        "{} value(s) not programmed: {}",
                         list.len(),
-                        shown.join("; ")
+                        first_few(list)
                     ),
                 )
             };
+            if !warnings.is_empty() {
+                message.push_str(&format!(
+                    "; {} warning(s): {}",
+                    warnings.len(),
+                    first_few(warnings)
+                ));
+            }
             out.push(Condition {
                 type_: type_.to_string(),
                 status: status.to_string(),
@@ -1111,6 +1171,23 @@ impl Engine {
         }
         out
     }
+}
+
+/// The first [`REJECTIONS_SHOWN`] of `list` joined by `; `, and how many
+/// more there are.
+fn first_few(list: &[String]) -> String {
+    let mut shown: Vec<&str> = list
+        .iter()
+        .take(REJECTIONS_SHOWN)
+        .map(String::as_str)
+        .collect();
+    shown.dedup();
+    let more = list.len().saturating_sub(REJECTIONS_SHOWN);
+    let mut out = shown.join("; ");
+    if more > 0 {
+        out.push_str(&format!("; and {more} more"));
+    }
+    out
 }
 
 /// A policy's evaluated lists in one bounded line (the first values of
@@ -1262,6 +1339,55 @@ mod tests {
         assert!(
             message.contains("spec.behaviors[0].open.deny.expression"),
             "{message}"
+        );
+    }
+
+    /// A value accepted but unable to match as written is named in the
+    /// spec condition of its behavior (status stays True: it is programmed).
+    #[test]
+    fn a_value_that_cannot_match_is_a_warning_in_its_condition() {
+        let (mut e, reports, _dir) = engine();
+        e.apply_policy(&policy(
+            "p",
+            1,
+            serde_json::json!({"mode": "monitor",
+            "behaviors": [
+                {"exec": {"deny": {"values": ["/bin/sh", "/proc/self/exe"]}}},
+                {"network": {"deny": {"values": ["10.0.0.1/8"]}}},
+                {"open": {"deny": {"values": ["/etc/shadow"]}}}]}),
+        ));
+        let r = report(&reports, "p");
+        let condition = |t: &str| {
+            r.spec_conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+                .unwrap_or_else(|| panic!("no {t}: {:?}", r.spec_conditions))
+        };
+        assert_eq!(
+            condition(types::EXEC_RULES_VALID),
+            (
+                "True".into(),
+                "ValidWithWarnings".into(),
+                "every exec value is programmed; 1 warning(s): spec.behaviors[0].exec.deny: \"/proc/self/exe\" goes through /proc/self, a link the kernel resolves before the exec or open hook sees the path (the hook compares the file's resolved path), so it never matches: name the file it leads to".into()
+            )
+        );
+        let (status, reason, message) = condition(types::TARGETS_VALID);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", "ValidWithWarnings")
+        );
+        assert!(
+            message.contains("\"10.0.0.1/8\" has host bits set: it is the network 10.0.0.0/8"),
+            "{message}"
+        );
+        assert_eq!(
+            condition(types::OPEN_RULES_VALID),
+            (
+                "True".into(),
+                "Valid".into(),
+                "every open value is programmed".into()
+            )
         );
     }
 
