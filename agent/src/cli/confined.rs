@@ -85,7 +85,7 @@ impl Confined {
         let how = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let fd = nix::fcntl::open(dir, how, Mode::empty()).map_err(|e| InputError::Io {
             name: input::input_name(dir),
-            source: e.into(),
+            error: e.into(),
         })?;
         Ok(Confined {
             dir: dir.to_path_buf(),
@@ -107,9 +107,9 @@ impl Confined {
             Err(Fallback) => self.open_resolved(name, &shown)?,
             Ok(file) => file?,
         };
-        let meta = file.metadata().map_err(|source| InputError::Io {
+        let meta = file.metadata().map_err(|error| InputError::Io {
             name: shown.clone(),
-            source,
+            error,
         })?;
         if !meta.is_file() {
             return Err(ConfinedError::NotRegular { name: shown });
@@ -139,7 +139,7 @@ impl Confined {
             })),
             Err(e) => Ok(Err(InputError::Io {
                 name: shown.to_string(),
-                source: e.into(),
+                error: e.into(),
             }
             .into())),
         }
@@ -147,9 +147,9 @@ impl Confined {
 
     /// The fallback: resolve, compare, open the resolved path.
     fn open_resolved(&self, name: &Path, shown: &str) -> Result<File, ConfinedError> {
-        let io = |source| InputError::Io {
+        let io = |error| InputError::Io {
             name: shown.to_string(),
-            source,
+            error,
         };
         let root = std::fs::canonicalize(&self.dir).map_err(io)?;
         let target = std::fs::canonicalize(self.dir.join(name)).map_err(io)?;

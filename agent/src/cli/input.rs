@@ -19,12 +19,14 @@ pub const MAX_INPUT_BYTES: u64 = 16 * 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
     /// Opening or reading failed.
-    #[error("{name}: {source}")]
+    // The I/O error is shown in this message rather than as a `source`:
+    // printed as an error chain it would otherwise appear twice.
+    #[error("{name}: {error}")]
     Io {
         /// The input's name.
         name: String,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// More than the bound: not read to its end.
     #[error(
@@ -64,9 +66,9 @@ pub fn read_text(path: &Path) -> Result<String, InputError> {
 /// [`read_text`] with another bound (tests).
 pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, InputError> {
     let name = input_name(path);
-    let io = |source| InputError::Io {
+    let io = |error| InputError::Io {
         name: name.clone(),
-        source,
+        error,
     };
     let bytes = if path == Path::new("-") {
         read_at_most(std::io::stdin().lock(), limit).map_err(io)?
@@ -82,12 +84,49 @@ pub fn read_text_bounded(path: &Path, limit: u64) -> Result<String, InputError> 
     })
 }
 
+/// Checks the kubeconfig files the kube client is about to read (each
+/// path of `KUBECONFIG`, else `~/.kube/config`, as `kube::Config::infer`
+/// looks for them): each that exists must be a regular file of at most
+/// [`MAX_INPUT_BYTES`]. The client reads them itself, unbounded, so a
+/// `KUBECONFIG=/dev/zero` would otherwise read until memory ran out.
+pub fn check_kubeconfig() -> Result<(), InputError> {
+    let paths: Vec<std::path::PathBuf> = match std::env::var_os("KUBECONFIG") {
+        Some(list) => std::env::split_paths(&list)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect(),
+        None => std::env::var_os("HOME")
+            .map(|home| std::path::Path::new(&home).join(".kube/config"))
+            .into_iter()
+            .collect(),
+    };
+    for path in paths {
+        let name = format!("kubeconfig {}", path.display());
+        let Ok(meta) = std::fs::metadata(&path) else {
+            // Missing: the client says so (or falls back to in-cluster).
+            continue;
+        };
+        if !meta.is_file() {
+            return Err(InputError::Io {
+                name,
+                error: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"),
+            });
+        }
+        if meta.len() > MAX_INPUT_BYTES {
+            return Err(InputError::TooLarge {
+                name,
+                limit: MAX_INPUT_BYTES,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Reads an input already open (`name` is how errors show it) as UTF-8
 /// text of at most [`MAX_INPUT_BYTES`].
 pub fn read_text_from(name: &str, reader: impl Read) -> Result<String, InputError> {
-    let bytes = read_at_most(reader, MAX_INPUT_BYTES).map_err(|source| InputError::Io {
+    let bytes = read_at_most(reader, MAX_INPUT_BYTES).map_err(|error| InputError::Io {
         name: name.to_owned(),
-        source,
+        error,
     })?;
     let Some(bytes) = bytes else {
         return Err(InputError::TooLarge {
@@ -265,5 +304,15 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.starts_with("/nonexistent/krt-input: "), "{err}");
+        // As main prints it (an error chain): the reason once, not twice.
+        let chain = read_text(Path::new("/nonexistent/krt-input"))
+            .map_err(anyhow::Error::from)
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        assert_eq!(
+            chain,
+            "/nonexistent/krt-input: No such file or directory (os error 2)"
+        );
     }
 }

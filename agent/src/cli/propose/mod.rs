@@ -178,6 +178,7 @@ pub fn run(args: ProposeArgs) -> anyhow::Result<ExitCode> {
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
+            crate::cli::input::check_kubeconfig()?;
             let (mut workload, sightings, sources) = runtime.block_on(async {
                 let client = kube::Client::try_default()
                     .await
