@@ -9,12 +9,23 @@ mod daemon;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    use std::io::Write as _;
     let args = cli::Cli::parse();
     cli::init_logging(&args.log);
-    match cli::run(args) {
+    let result = cli::run(args).and_then(|code| Ok(cli::out::flush().map(|()| code)?));
+    match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // A closed or full stdout ends the command as a Unix filter
+            // ends (cli::out), not with the generic error line.
+            if let Some(e) = err
+                .chain()
+                .find_map(|e| e.downcast_ref::<cli::out::StdoutError>())
+            {
+                return e.exit();
+            }
+            // stderr may be closed too: nothing more can be said then.
+            let _ = writeln!(std::io::stderr(), "error: {err:#}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -35,9 +35,24 @@ pub trait Host {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LiveHost;
 
+/// The most bytes [`LiveHost`] reads of one file: the largest it reads is
+/// the mount table, far below this on any node.
+pub const MAX_HOST_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
 impl Host for LiveHost {
     fn read_to_string(&self, path: &Path) -> io::Result<String> {
-        std::fs::read_to_string(path)
+        use io::Read as _;
+        let mut text = String::new();
+        std::fs::File::open(path)?
+            .take(MAX_HOST_FILE_BYTES + 1)
+            .read_to_string(&mut text)?;
+        if text.len() as u64 > MAX_HOST_FILE_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("larger than {MAX_HOST_FILE_BYTES} bytes"),
+            ));
+        }
+        Ok(text)
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -83,5 +98,22 @@ impl Host for LiveHost {
 
     fn probe_map(&self, map: ProbeMap) -> Result<(), ProbeError> {
         bpf::probe_map(map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_file_over_the_bound_is_refused() {
+        let path = std::env::temp_dir().join(format!("krt-host-bound-{}", std::process::id()));
+        let made = std::fs::File::create(&path).and_then(|f| f.set_len(MAX_HOST_FILE_BYTES + 1));
+        let read = LiveHost.read_to_string(&path);
+        let _ = std::fs::remove_file(&path);
+        made.unwrap_or_else(|e| panic!("{e}"));
+        let err = read.err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some("larger than 16777216 bytes"));
+        assert!(LiveHost.read_to_string(Path::new("/dev/zero")).is_err());
     }
 }

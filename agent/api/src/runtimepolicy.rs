@@ -180,9 +180,15 @@ pub struct PolicyBehavior {
 }
 
 /// Declares, for one value kind, a behavior (allow and deny rules), its
-/// rule type, and its value type with the admission rule every value must
-/// pass. `"*"` is accepted by the value type and confined by the behavior's
-/// rules to being the only value of a deny list.
+/// rule type, and its value type with the admission rules every value must
+/// pass: the shape rule (`rule`, refused as "not <what>"), then any further
+/// rules (`refuse`: a CEL condition true of a value that is refused, and
+/// the message), each its own `x-kubernetes-validations` entry so the
+/// server's message names which one failed and each stays within the
+/// per-rule cost budget. Their messages are fixed text: the server shows
+/// the value beside them (escaped), and a message made from a value that
+/// holds a newline would be dropped for the bare rule. `"*"` is accepted by the value type and
+/// confined by the behavior's rules to being the only value of a deny list.
 macro_rules! behavior_kind {
     (
         $(#[$bdoc:meta])* behavior $behavior:ident,
@@ -190,7 +196,8 @@ macro_rules! behavior_kind {
         $(#[$vdoc:meta])* value $value:ident {
             max_length: $max:expr,
             rule: $cel:expr,
-            what: $what:expr $(,)?
+            what: $what:expr
+            $(, refuse: [$(($refused:expr, $why:expr $(,)?)),* $(,)?])? $(,)?
         }
     ) => {
         $(#[$bdoc])*
@@ -261,10 +268,23 @@ macro_rules! behavior_kind {
                     "x-kubernetes-validations": [{
                         "rule": concat!("self == '*' || (", $cel, ")"),
                         "messageExpression": concat!("'\"' + self + '\" is not ", $what, "'"),
-                    }]
+                    } $($(, {
+                        "rule": concat!("!(", $refused, ")"),
+                        "message": $why,
+                    })*)?]
                 })
             }
         }
+    };
+}
+
+/// A value of numbers and dots as `inet_aton` writes them (decimal, octal
+/// with a leading 0, or `0x` hex), one trailing dot allowed: the C library
+/// reads it as an IPv4 address, never as a name to look up. (RE2, in a CEL
+/// string.)
+macro_rules! numeric_name {
+    () => {
+        "^(0[xX][0-9a-fA-F]*|[0-9]+)([.](0[xX][0-9a-fA-F]*|[0-9]+))*[.]?$"
     };
 }
 
@@ -280,6 +300,10 @@ behavior_kind! {
         max_length: MAX_HOSTNAME_LEN,
         rule: "self.contains('/') ? isCIDR(self) : self.contains(':') || self.matches('^[0-9.]+$') ? isIP(self) : self.matches('^[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?)*[.]?$')",
         what: "an IPv4 or IPv6 address, a CIDR, a Service name or a domain name (network values take no wildcards)",
+        refuse: [(
+            concat!("!self.contains('/') && !self.contains(':') && !self.matches('^[0-9.]+$') && self.matches('", numeric_name!(), "')"),
+            "numbers and dots (decimal, octal or 0x hex) are an IPv4 address to the C library (inet_aton), connected to without a DNS lookup, not a name: write the address in dotted decimal",
+        )],
     }
 }
 
@@ -295,6 +319,20 @@ behavior_kind! {
         max_length: MAX_PATH_LEN,
         rule: "self.startsWith('/') && (self == '/' || !self.endsWith('/')) && !self.contains('//') && !self.contains('/./') && !self.contains('/../') && !self.endsWith('/.') && !self.endsWith('/..') && !self.contains('*') && !self.contains('\\u0000') && bytes(self).size() <= 255",
         what: "an absolute normalized path of at most 255 bytes (starting with /, without //, /./, /../, a trailing / or *)",
+        refuse: [
+            (
+                "self.matches('[\\\\p{Cc}]')",
+                "a path holds no control character (a newline, a carriage return, a tab, an escape): it would hide what the path is",
+            ),
+            (
+                "self.matches('[\\\\x{61c}\\\\x{200e}\\\\x{200f}\\\\x{202a}-\\\\x{202e}\\\\x{2066}-\\\\x{2069}]')",
+                "a path holds no bidirectional control character: it would display as another path than the one compared",
+            ),
+            (
+                "self.matches('\\\\p{Z}$')",
+                "a path does not end with whitespace: the kernel would compare it as part of the name",
+            ),
+        ],
     }
 }
 
@@ -323,6 +361,10 @@ behavior_kind! {
         max_length: MAX_HOSTNAME_LEN,
         rule: "!self.contains(':') && !self.matches('^[0-9.]+$') && self.matches('^([*][.])?[a-zA-Z0-9_]([-a-zA-Z0-9_]{0,61}[a-zA-Z0-9_])?([.][a-zA-Z0-9_]([-a-zA-Z0-9_]{0,61}[a-zA-Z0-9_])?)*[.]?$')",
         what: "a hostname or a left wildcard such as *.example.com (a wildcard may only be the whole leftmost label; an address is not a name)",
+        refuse: [(
+            concat!("!self.matches('^[0-9.]+$') && self.matches('", numeric_name!(), "')"),
+            "numbers and dots (decimal, octal or 0x hex) are an IPv4 address to the C library (inet_aton), which asks DNS no question for it, not a name",
+        )],
     }
 }
 

@@ -51,7 +51,10 @@ mod resolve;
 
 pub use container::{container_ids_key, Runtime};
 pub use layout::Layout;
-pub use mountinfo::{parse_mountinfo, select_roots, CgroupRoot, CgroupVersion, MountInfoEntry};
+pub use mountinfo::{
+    parse_mountinfo, read_mountinfo, select_roots, CgroupRoot, CgroupVersion, MountInfoEntry,
+    MAX_MOUNTINFO_BYTES,
+};
 pub use resolve::{
     Discovery, Resolution, ResolvedContainer, Resolver, Unresolved, UnresolvedReason,
     MAX_SEARCH_DEPTH, MAX_SEARCH_DIRS, MAX_TRIED,

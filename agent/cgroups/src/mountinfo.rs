@@ -27,7 +27,35 @@
 //!   host bind mount is in practice; the bounded search covers the rest.
 
 use crate::{Error, Result};
+use std::io::Read as _;
 use std::path::{Component, Path, PathBuf};
+
+/// The most bytes of a mount table read: far above a node's (a few hundred
+/// bytes a mount, tens of mounts a pod), and a bound on what a kernel file
+/// may make the daemon hold.
+pub const MAX_MOUNTINFO_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Reads a mount table (`/proc/self/mountinfo`, `/proc/1/mountinfo`) of at
+/// most [`MAX_MOUNTINFO_BYTES`].
+pub fn read_mountinfo(path: &Path) -> Result<String> {
+    let error = |source| Error::Mountinfo {
+        path: path.to_owned(),
+        source,
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(error)?
+        .take(MAX_MOUNTINFO_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(error)?;
+    if text.len() as u64 > MAX_MOUNTINFO_BYTES {
+        return Err(error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_MOUNTINFO_BYTES} bytes"),
+        )));
+    }
+    Ok(text)
+}
 
 /// One line of mountinfo, reduced to the columns resolution needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,6 +274,23 @@ pub(crate) fn roots_from_text(text: &str) -> Result<Vec<CgroupRoot>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mount_table_over_the_bound_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let big = dir.path().join("mountinfo");
+        std::fs::File::create(&big)
+            .and_then(|f| f.set_len(MAX_MOUNTINFO_BYTES + 1))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = read_mountinfo(&big).err().map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.ends_with("larger than 16777216 bytes")),
+            "{err:?}"
+        );
+        assert!(read_mountinfo(Path::new("/dev/zero")).is_err());
+        assert!(read_mountinfo(Path::new("/proc/self/mountinfo")).is_ok());
+    }
 
     fn root(text: &str) -> Vec<(String, String, CgroupVersion)> {
         select_roots(&parse_mountinfo(text))

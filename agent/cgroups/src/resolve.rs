@@ -3,7 +3,7 @@
 use crate::container::{self, parse_container_id, Runtime, State};
 use crate::layout::{self, Driver, Layout};
 use crate::mountinfo::{self, CgroupRoot, CgroupVersion};
-use crate::{Error, Result};
+use crate::Result;
 use k8s_openapi::api::core::v1::Pod;
 use std::cell::OnceCell;
 use std::collections::VecDeque;
@@ -173,8 +173,7 @@ impl Resolver {
 
     /// A resolver over this process's own mount table, `/proc/self/mountinfo`.
     pub fn discover() -> Result<Self> {
-        let path = PathBuf::from("/proc/self/mountinfo");
-        let text = fs::read_to_string(&path).map_err(|source| Error::Mountinfo { path, source })?;
+        let text = crate::read_mountinfo(Path::new("/proc/self/mountinfo"))?;
         Resolver::from_mountinfo(&text)
     }
 

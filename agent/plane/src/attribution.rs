@@ -13,9 +13,13 @@ use crate::collector::Stage;
 use crate::event::{Event, PodRef};
 use kyverno_runtime_metrics::{DropReason, Metrics};
 use std::collections::HashMap;
+use std::io::Read as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
+
+/// The most bytes of a `/proc/<pid>/cgroup` read (a line per hierarchy).
+const MAX_PROC_CGROUP_BYTES: u64 = 64 * 1024;
 
 #[derive(Default)]
 struct Maps {
@@ -108,7 +112,17 @@ impl Index {
     /// namespace root is deep, which PID 1's entry (the host root) tells.
     fn cgroup_path(&self, pid: u32) -> Option<String> {
         let read = |pid: &str| -> Option<String> {
-            let text = std::fs::read_to_string(self.proc_root.join(pid).join("cgroup")).ok()?;
+            // One line per hierarchy, a few hundred bytes: a kernel file,
+            // but nothing is read unbounded.
+            let mut text = String::new();
+            std::fs::File::open(self.proc_root.join(pid).join("cgroup"))
+                .ok()?
+                .take(MAX_PROC_CGROUP_BYTES + 1)
+                .read_to_string(&mut text)
+                .ok()?;
+            if text.len() as u64 > MAX_PROC_CGROUP_BYTES {
+                return None;
+            }
             Some(
                 text.lines()
                     .find_map(|l| l.strip_prefix("0::"))?
@@ -226,6 +240,30 @@ mod tests {
         );
         e.cgroup = cgroup;
         e
+    }
+
+    #[test]
+    fn a_proc_cgroup_file_over_the_bound_is_not_read() {
+        let root = std::env::temp_dir().join(format!("krt-proc-bound-{}", std::process::id()));
+        let file = |pid: &str, len: Option<u64>| {
+            std::fs::create_dir_all(root.join(pid))?;
+            let path = root.join(pid).join("cgroup");
+            match len {
+                None => std::fs::write(path, "0::/\n"),
+                Some(n) => std::fs::write(&path, "0::/kubepods/pod1\n")
+                    .and_then(|()| std::fs::OpenOptions::new().write(true).open(&path))
+                    .and_then(|f| f.set_len(n)),
+            }
+        };
+        let made = file("1", None)
+            .and_then(|()| file("42", Some(18)))
+            .and_then(|()| file("43", Some(MAX_PROC_CGROUP_BYTES + 1)));
+        let index = Index::new(None, &root, None);
+        let (fits, over) = (index.cgroup_path(42), index.cgroup_path(43));
+        let _ = std::fs::remove_dir_all(&root);
+        made.unwrap();
+        assert_eq!(fits.as_deref(), Some("kubepods/pod1"));
+        assert_eq!(over, None);
     }
 
     #[test]

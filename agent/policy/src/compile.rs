@@ -25,7 +25,9 @@ use crate::cel::program::{Budget, Program};
 use crate::cel::{check_for, CheckError, CheckedExpr, Env, Purpose, Type};
 use crate::selector::{PodTarget, SelectorError};
 use crate::sources::{self, DataSet, DataSource, SourceUses, MAX_SOURCES};
-use crate::values::{check_star, BehaviorKind, FieldPath, RuleSide, ValueError, STAR};
+use crate::values::{
+    check_value, misplaced_stars, BehaviorKind, FieldPath, RuleSide, ValueError, STAR,
+};
 use ::cel::common::ast::{EntryExpr, Expr, IdedExpr};
 use ::cel::objects::{Key, Map};
 use ::cel::{Context, Value};
@@ -116,6 +118,12 @@ pub enum EvaluateError {
     /// `"*"` stands where it may not in an evaluated list.
     #[error(transparent)]
     Star(#[from] ValueError),
+    /// A value the behavior's parser refuses, in a behavior that a
+    /// misplaced `"*"` keeps from being programmed: nothing downstream
+    /// parses that behavior's values, so they are checked here, and the
+    /// `"*"` error does not hide them.
+    #[error("{0}")]
+    Value(ValueError),
 }
 
 impl EvaluateError {
@@ -819,14 +827,26 @@ impl CompiledPolicy {
                 }
             };
             let values = |side: RuleSide| FieldPath::values(b.index, b.kind, side);
-            let mut bad = false;
-            for (list, side) in [(&allow, RuleSide::Allow), (&deny, RuleSide::Deny)] {
-                if let Err(e) = check_star(list, &values(side), side) {
-                    errors.push(EvaluateError::Star(e));
-                    bad = true;
+            let sides = [(&allow, RuleSide::Allow), (&deny, RuleSide::Deny)];
+            let stars: Vec<ValueError> = sides
+                .iter()
+                .flat_map(|(list, side)| misplaced_stars(list, &values(*side), *side))
+                .collect();
+            if !stars.is_empty() {
+                // Every misplaced "*", then every other value that would be
+                // refused: the behavior is not programmed, so this is the
+                // only place its values are looked at.
+                errors.extend(stars.into_iter().map(EvaluateError::Star));
+                for (list, side) in sides {
+                    for (i, v) in list.iter().enumerate() {
+                        if v == STAR {
+                            continue;
+                        }
+                        if let Err(e) = check_value(b.kind, v, &values(side).index(i)) {
+                            errors.push(EvaluateError::Value(e));
+                        }
+                    }
                 }
-            }
-            if bad {
                 continue;
             }
             let default_deny = deny.len() == 1 && deny[0] == STAR;

@@ -92,6 +92,16 @@ const FRAGMENTS: &[&str] = &[
     "~",
     "\"",
     "\\",
+    // Numbers inet_aton reads, and the characters paths refuse.
+    "0x",
+    "0X7f",
+    "0177",
+    "\r",
+    "\u{85}",
+    "\u{A0}",
+    "\u{3000}",
+    "\u{202E}",
+    "\u{2066}",
 ];
 
 fn fragments(rng: &mut Rng) -> String {
@@ -247,10 +257,24 @@ fn name_regex(s: &str, edge: impl Fn(char) -> bool) -> bool {
     })
 }
 
-/// The hostname branch of the network rule (the address branches need Go's
-/// `netip`; the unit tests pin them case by case).
+/// `^(0[xX][0-9a-fA-F]*|[0-9]+)([.](0[xX][0-9a-fA-F]*|[0-9]+))*[.]?$`: the
+/// numbers `inet_aton` reads, refused as names.
+fn numeric_name(s: &str) -> bool {
+    let body = s.strip_suffix('.').unwrap_or(s);
+    !body.is_empty()
+        && body.split('.').all(
+            |l| match l.strip_prefix("0x").or_else(|| l.strip_prefix("0X")) {
+                Some(hex) => hex.chars().all(|c| c.is_ascii_hexdigit()),
+                None => !l.is_empty() && l.chars().all(|c| c.is_ascii_digit()),
+            },
+        )
+}
+
+/// The hostname branch of the network rules (the address branches need
+/// Go's `netip`; the unit tests pin them case by case): the shape rule and
+/// the numeric-name rule.
 fn cel_network_name(s: &str) -> bool {
-    name_regex(s, |c| c.is_ascii_alphanumeric())
+    name_regex(s, |c| c.is_ascii_alphanumeric()) && !numeric_name(s)
 }
 
 fn cel_dns(s: &str) -> bool {
@@ -258,6 +282,18 @@ fn cel_dns(s: &str) -> bool {
     !s.contains(':')
         && !digits_and_dots(s)
         && name_regex(rest, |c| c.is_ascii_alphanumeric() || c == '_')
+        // The numeric-name rule: `!self.matches('^[0-9.]+$') && self.matches(N)`
+        // refuses (digits and dots were refused above).
+        && !numeric_name(s)
+}
+
+/// RE2's `\p{Z}`: the space, line and paragraph separators.
+fn separator(c: char) -> bool {
+    matches!(
+        c,
+        ' ' | '\u{A0}' | '\u{1680}' | '\u{2000}'
+            ..='\u{200A}' | '\u{2028}' | '\u{2029}' | '\u{202F}' | '\u{205F}' | '\u{3000}'
+    )
 }
 
 fn cel_path(s: &str) -> bool {
@@ -271,6 +307,12 @@ fn cel_path(s: &str) -> bool {
         && !s.contains('*')
         && !s.contains('\0')
         && s.len() <= MAX_PATH_LEN
+        // The three refusal rules: `\p{Cc}`, the bidi controls, `\p{Z}$`.
+        && !s.chars().any(|c| matches!(c, '\0'..='\u{1F}' | '\u{7F}'..='\u{9F}'))
+        && !s.chars().any(|c| {
+            matches!(c, '\u{61C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+        })
+        && !s.chars().last().is_some_and(separator)
 }
 
 fn cel_protocol(s: &str) -> bool {

@@ -48,4 +48,5 @@ pub use collector::{open_output, serve, Collector, ServerTls, HANDSHAKE_TIMEOUT,
 pub use error::{Error, Result, TlsFile};
 pub use queue::{DropHook, PushDrop};
 pub use sink::{PushConfig, PushHandle, PushSink};
+pub use tls::MAX_TLS_FILE_BYTES;
 pub use wire::{CollectedFinding, CollectedPod, CollectedProcess, ReceivedFinding};

@@ -28,12 +28,31 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// The most bytes a TLS file may hold: the bound every file input of the
+/// project has (a CA bundle of every public root is about 200 KiB), so a
+/// flag pointing at `/dev/zero` fails at once instead of filling memory.
+pub const MAX_TLS_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
 fn read(file: TlsFile, path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| Error::Read {
+    use std::io::Read as _;
+    let error = |source| Error::Read {
         file,
         path: path.to_owned(),
         source,
-    })
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(error)?
+        .take(MAX_TLS_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(error)?;
+    if bytes.len() as u64 > MAX_TLS_FILE_BYTES {
+        return Err(error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_TLS_FILE_BYTES} bytes (the limit for a TLS file)"),
+        )));
+    }
+    Ok(bytes)
 }
 
 /// Every `CERTIFICATE` block of a PEM file, at least one.
@@ -212,6 +231,25 @@ impl Target {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn a_tls_file_over_the_bound_is_refused_unread() {
+        // Sparse: the bound plus one byte, without writing 16 MiB.
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("ca.pem");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_TLS_FILE_BYTES + 1)
+            .unwrap();
+        let err = read(TlsFile::Ca, &big).unwrap_err();
+        let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(
+            chain.contains("larger than 16777216 bytes (the limit for a TLS file)"),
+            "{chain}"
+        );
+        let err = read(TlsFile::Ca, Path::new("/dev/zero")).unwrap_err();
+        assert!(matches!(err, Error::Read { .. }), "{err}");
+    }
 
     #[test]
     fn targets_parse() {

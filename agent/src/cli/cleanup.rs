@@ -10,7 +10,6 @@
 
 use clap::Args;
 use kyverno_runtime_bpf::pins::{self, PinError, Removal};
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -44,19 +43,15 @@ pub fn run(args: CleanupArgs) -> anyhow::Result<ExitCode> {
 /// Prints what `removal` did: a summary line, then one line per entry
 /// kept (stdout) and per failure (stderr).
 fn report(removal: &Removal) -> anyhow::Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
     if removal.absent {
-        writeln!(out, "{removal}")?;
+        crate::outln!("{removal}")?;
         return Ok(ExitCode::SUCCESS);
     }
-    writeln!(
-        out,
-        "{removal} (programs detach once no process holds them)"
-    )?;
+    crate::outln!("{removal} (programs detach once no process holds them)")?;
     for kept in &removal.kept {
-        writeln!(out, "{kept}")?;
+        crate::outln!("{kept}")?;
     }
-    out.flush()?;
+    crate::cli::out::flush()?;
     for failed in &removal.failed {
         eprintln!("error: {failed}");
     }

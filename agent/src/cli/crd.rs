@@ -41,9 +41,9 @@ pub fn run(args: CrdArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|f| crd::to_yaml(&f.crd))
             .collect::<Result<_, _>>()?;
-        print!("{}", docs.join("---\n"));
+        crate::out!("{}", docs.join("---\n"))?;
     } else {
-        print!("{}", crd::to_yaml(&crd::runtime_policy())?);
+        crate::out!("{}", crd::to_yaml(&crd::runtime_policy())?)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,8 +3,10 @@
 mod chart_policy;
 pub mod cleanup;
 mod collector;
+mod confined;
 mod crd;
 pub mod input;
+pub mod out;
 mod policy;
 mod policy_test;
 mod probe;

@@ -31,7 +31,9 @@ use kyverno_runtime_policy::admission::Admission;
 use kyverno_runtime_policy::cel::eval::{shared_policy_context, RUNTIME_COST_BUDGET};
 use kyverno_runtime_policy::compile::CompiledPolicy;
 use kyverno_runtime_policy::sources::{DataFile, DataSet};
-use kyverno_runtime_policy::values::{parse_dns, parse_protocol, BehaviorKind, ValueError};
+use kyverno_runtime_policy::values::{
+    parse_dns, parse_protocol, printable, BehaviorKind, ValueError,
+};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -127,14 +129,14 @@ fn check(
                 }
                 Ok(v) => v,
                 Err(e) => {
-                    println!("{name}: document {}: not YAML: {e}", i + 1);
+                    crate::outln!("{name}: document {}: not YAML: {e}", i + 1)?;
                     failed += 1;
                     continue;
                 }
             };
             checked += 1;
             let (out, outcome) = check_document_in(admission, value, &data);
-            print!("{name}: {out}");
+            crate::out!("{name}: {out}")?;
             match outcome {
                 Outcome::Ok => {}
                 Outcome::NeedsData => needing_data += 1,
@@ -142,13 +144,13 @@ fn check(
             }
         }
         if documents == 0 {
-            println!(
+            crate::outln!(
                 "{name}: error: no policy in it (the input is empty, or holds only comments and document markers)"
-            );
+            )?;
             failed += 1;
         }
     }
-    println!(
+    crate::outln!(
         "{checked} polic{} checked, {failed} with errors{}",
         if checked == 1 { "y" } else { "ies" },
         if needing_data > 0 {
@@ -156,7 +158,7 @@ fn check(
         } else {
             String::new()
         }
-    );
+    )?;
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
@@ -347,7 +349,12 @@ fn compile_and_evaluate(spec: &RuntimePolicySpec, data: &DataSet) -> (String, Ou
             if v.is_empty() {
                 "(none)".to_string()
             } else {
-                v.join(", ")
+                // A value from an expression can hold anything: a newline
+                // or a bidi control is shown escaped, not acted on.
+                v.iter()
+                    .map(|v| printable(v))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
         };
         let _ = writeln!(out, "  {}", lists.field.as_str());
@@ -362,6 +369,10 @@ fn compile_and_evaluate(spec: &RuntimePolicySpec, data: &DataSet) -> (String, Ou
         }
         for r in &rejected {
             let _ = writeln!(out, "    error: {r}");
+        }
+        // Accepted, so not a failure; but it cannot mean what it seems to.
+        for w in convert::warnings(kind, &lists) {
+            let _ = writeln!(out, "    warning: {w}");
         }
         ok &= rejected.is_empty();
     }

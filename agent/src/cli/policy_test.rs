@@ -15,12 +15,21 @@
 //! fails the case, and the difference is printed. An event that no
 //! declared pod claims fails its case too (the daemon would drop it,
 //! counted): a recording that goes nowhere tests nothing.
+//!
+//! A test directory may come from anyone (a pull request run in CI), so a
+//! test reads only files under its own directory ([`Confined`]: no
+//! absolute path, no `..`, no link leading out), a directory walk follows
+//! no symbolic link (a link loop cannot make it endless, and a linked test
+//! file cannot stand in for a file elsewhere), and an error about a file's
+//! content says what was expected and where, never what the file holds
+//! ([`content_free`]).
 
-use anyhow::Context as _;
+use super::confined::Confined;
+use super::input::content_free;
 use kyverno_runtime_api::runtimepolicy::RuntimePolicy;
 use kyverno_runtime_plane::collector::{Sink, Stage};
 use kyverno_runtime_plane::event::{Event, PodRef};
-use kyverno_runtime_plane::record::parse_lines;
+use kyverno_runtime_plane::record::{parse_lines, RecordError};
 use kyverno_runtime_plane::{FindingSink, Index, Monitor, MonitorPolicy};
 use kyverno_runtime_policy::compile::CompiledPolicy;
 use kyverno_runtime_report::{Behavior, Finding};
@@ -165,7 +174,7 @@ pub fn run(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let mut files = Vec::new();
     for p in paths {
         find_tests(p, &mut files)
-            .with_context(|| format!("looking for tests in {}", p.display()))?;
+            .map_err(|e| anyhow::anyhow!("looking for tests in {}: {e}", p.display()))?;
     }
     if files.is_empty() {
         anyhow::bail!(
@@ -178,19 +187,29 @@ pub fn run(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
         );
     }
     let (mut cases, mut failed) = (0usize, 0usize);
-    for file in &files {
-        let (out, ran, bad) = run_test_file(file);
-        print!("{out}");
+    for found in &files {
+        let (out, ran, bad) = match found {
+            Found::Test(file) => run_test_file(file),
+            Found::Link(link) => (
+                format!(
+                    "{}: ERROR a symbolic link: a directory walk follows none (name the test itself to run it)\n",
+                    link.display()
+                ),
+                1,
+                1,
+            ),
+        };
+        crate::out!("{out}")?;
         cases += ran;
         failed += bad;
     }
-    println!(
+    crate::outln!(
         "{} test{}, {cases} case{}: {} passed, {failed} failed",
         files.len(),
         if files.len() == 1 { "" } else { "s" },
         if cases == 1 { "" } else { "s" },
         cases.saturating_sub(failed),
-    );
+    )?;
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
@@ -198,24 +217,45 @@ pub fn run(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// What a search for tests found.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// A test file to run.
+    Test(PathBuf),
+    /// A symbolic link named [`TEST_FILE`] in a walk: not followed, and
+    /// reported, so a test is not skipped silently.
+    Link(PathBuf),
+}
+
 /// `path` itself when it is a file, else every [`TEST_FILE`] under it,
-/// in path order.
-fn find_tests(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    if !path.is_dir() {
-        // A missing path is an error here, not an empty directory.
-        std::fs::metadata(path)?;
-        out.push(path.to_path_buf());
+/// in path order. `path` is followed if it is a link (a person named it);
+/// nothing under it is: a linked directory is not entered (so a link loop
+/// cannot make the walk endless) and a linked test file is [`Found::Link`].
+fn find_tests(path: &Path, out: &mut Vec<Found>) -> std::io::Result<()> {
+    // A missing path is an error here, not an empty directory.
+    if !std::fs::metadata(path)?.is_dir() {
+        out.push(Found::Test(path.to_path_buf()));
         return Ok(());
     }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    entries.sort();
-    for entry in entries {
-        if entry.is_dir() {
-            find_tests(&entry, out)?;
-        } else if entry.file_name().is_some_and(|n| n == TEST_FILE) {
-            out.push(entry);
+    walk(path, out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<Found>) -> std::io::Result<()> {
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        // The entry's own type (lstat): a link is a link, not its target.
+        entries.push((entry.path(), entry.file_type()?));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (entry, kind) in entries {
+        let is_test = entry.file_name().is_some_and(|n| n == TEST_FILE);
+        if kind.is_dir() {
+            walk(&entry, out)?;
+        } else if is_test && kind.is_symlink() {
+            out.push(Found::Link(entry));
+        } else if is_test && kind.is_file() {
+            out.push(Found::Test(entry));
         }
     }
     Ok(())
@@ -225,23 +265,36 @@ fn find_tests(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 /// (a test that cannot load counts as one failed case).
 fn run_test_file(file: &Path) -> (String, usize, usize) {
     let mut out = String::new();
-    let dir = file.parent().unwrap_or(Path::new("."));
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
     let test: TestFile = match super::input::read_text(file)
-        .map_err(anyhow::Error::from)
-        .and_then(|t| serde_yaml::from_str(&t).map_err(anyhow::Error::from))
-    {
+        .map_err(|e| e.to_string())
+        .and_then(|t| {
+            serde_yaml::from_str(&t)
+                .map_err(|e| format!("not a test: {}", content_free(&e.to_string())))
+        }) {
         Ok(t) => t,
         Err(e) => {
-            let _ = writeln!(out, "{}: ERROR not a test: {e}", file.display());
+            let _ = writeln!(out, "{}: ERROR {e}", file.display());
+            return (out, 1, 1);
+        }
+    };
+    let dir = match Confined::open(dir) {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = writeln!(out, "{}: ERROR {e}", file.display());
             return (out, 1, 1);
         }
     };
     let name = test.name.clone().unwrap_or_else(|| {
-        dir.file_name()
+        file.parent()
+            .and_then(Path::file_name)
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| file.display().to_string())
     });
-    let loaded = match load(&test, dir) {
+    let loaded = match load(&test, &dir) {
         Ok(l) => l,
         Err(errors) => {
             let _ = writeln!(out, "{}: {name}: ERROR", file.display());
@@ -266,7 +319,7 @@ fn run_test_file(file: &Path) -> (String, usize, usize) {
     );
     let mut failed = 0;
     for case in &test.cases {
-        let outcome = run_case(&loaded, case, dir);
+        let outcome = run_case(&loaded, case, &dir);
         let pass = outcome.differences.is_empty();
         let _ = writeln!(
             out,
@@ -290,24 +343,30 @@ fn run_test_file(file: &Path) -> (String, usize, usize) {
 
 /// Compiles the policies and builds the pods; every error, each with
 /// where it is.
-fn load(test: &TestFile, dir: &Path) -> Result<LoadedTest, Vec<String>> {
+fn load(test: &TestFile, dir: &Confined) -> Result<LoadedTest, Vec<String>> {
     let mut errors = Vec::new();
     let mut policies = Vec::new();
     for file in &test.policies {
-        let path = dir.join(file);
-        let docs = match read_policies(&path) {
-            Ok(d) => d,
+        let docs = match dir.read_text(file) {
+            Ok(text) => match parse_policies(&text) {
+                Ok(d) => d,
+                Err(e) => {
+                    errors.push(format!("{}: {e}", dir.display(file)));
+                    continue;
+                }
+            },
             Err(e) => {
-                errors.push(format!("{}: {e:#}", path.display()));
+                errors.push(e.to_string());
                 continue;
             }
         };
         for rp in docs {
             match monitor_policy(&rp) {
                 Ok(p) => policies.push(p),
-                Err(es) => {
-                    errors.extend(es.into_iter().map(|e| format!("{}: {e}", path.display())))
-                }
+                Err(es) => errors.extend(
+                    es.into_iter()
+                        .map(|e| format!("{}: {e}", dir.display(file))),
+                ),
             }
         }
     }
@@ -367,19 +426,29 @@ fn load(test: &TestFile, dir: &Path) -> Result<LoadedTest, Vec<String>> {
     }
 }
 
-/// Every RuntimePolicy in a YAML file (several documents).
-pub(crate) fn read_policies(path: &Path) -> anyhow::Result<Vec<RuntimePolicy>> {
+/// Every RuntimePolicy in a YAML file's text (several documents); an
+/// error says which document and what was expected, without the content.
+fn parse_policies(text: &str) -> Result<Vec<RuntimePolicy>, String> {
     use serde::Deserialize as _;
-    let text = super::input::read_text(path)?;
     let mut out = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let value = serde_yaml::Value::deserialize(doc)
-            .with_context(|| format!("document {}: not YAML", i + 1))?;
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value = serde_yaml::Value::deserialize(doc).map_err(|e| {
+            format!(
+                "document {}: not YAML: {}",
+                i + 1,
+                content_free(&e.to_string())
+            )
+        })?;
         if value.is_null() {
             continue;
         }
-        let rp: RuntimePolicy = serde_yaml::from_value(value)
-            .with_context(|| format!("document {}: not a RuntimePolicy", i + 1))?;
+        let rp: RuntimePolicy = serde_yaml::from_value(value).map_err(|e| {
+            format!(
+                "document {}: not a RuntimePolicy: {}",
+                i + 1,
+                content_free(&e.to_string())
+            )
+        })?;
         out.push(rp);
     }
     Ok(out)
@@ -418,7 +487,7 @@ fn behavior_named(name: &str) -> Option<Behavior> {
 }
 
 /// Runs one case on a fresh plane.
-fn run_case(test: &LoadedTest, case: &TestCase, dir: &Path) -> CaseOutcome {
+fn run_case(test: &LoadedTest, case: &TestCase, dir: &Confined) -> CaseOutcome {
     let mut outcome = CaseOutcome::default();
     let mut expected: BTreeMap<Key, Option<u64>> = BTreeMap::new();
     for e in &case.expect {
@@ -447,8 +516,8 @@ fn run_case(test: &LoadedTest, case: &TestCase, dir: &Path) -> CaseOutcome {
             outcome.differences.push(format!("expected twice: {key}"));
         }
     }
-    let path = dir.join(&case.events);
-    let text = match super::input::read_text(&path) {
+    let shown = dir.display(&case.events);
+    let text = match dir.read_text(&case.events) {
         Ok(t) => t,
         Err(e) => {
             outcome.differences.push(e.to_string());
@@ -478,13 +547,18 @@ fn run_case(test: &LoadedTest, case: &TestCase, dir: &Path) -> CaseOutcome {
         let mut event: Event = match parsed {
             Ok(e) => e,
             Err(e) => {
-                outcome
-                    .differences
-                    .push(format!("{}:{line}: {e}", path.display()));
+                // A line that is not JSON of the schema could be any
+                // file's; the other refusals quote a field of a well-formed
+                // event (a source, a protocol), which names the problem.
+                let e = match e {
+                    RecordError::Json(_) => content_free(&e.to_string()),
+                    e => e.to_string(),
+                };
+                outcome.differences.push(format!("{shown}:{line}: {e}"));
                 continue;
             }
         };
-        outcome.events += 1;
+        outcome.events = outcome.events.saturating_add(1);
         // A recorded pod the test declares is the declared one: the test's
         // labels are what it is about.
         if let Some(uid) = event
@@ -506,8 +580,7 @@ fn run_case(test: &LoadedTest, case: &TestCase, dir: &Path) -> CaseOutcome {
     }
     if !unattributed.is_empty() {
         outcome.differences.push(format!(
-            "{}: line{} {} attributed to no declared pod (by pod, cgroup or podUid)",
-            path.display(),
+            "{shown}: line{} {} attributed to no declared pod (by pod, cgroup or podUid)",
             if unattributed.len() == 1 { "" } else { "s" },
             unattributed.join(", ")
         ));
@@ -523,7 +596,10 @@ fn run_case(test: &LoadedTest, case: &TestCase, dir: &Path) -> CaseOutcome {
             enforced: f.enforced,
             pod: format!("{}/{}", f.pod.namespace, f.pod.name),
         };
-        *got.entry(key).or_default() += f.count;
+        // A count comes from the recording: two of u64::MAX saturate
+        // rather than overflow (the daemon's Reports add the same way).
+        let total = got.entry(key).or_default();
+        *total = total.saturating_add(f.count);
     }
     outcome.findings = got.len();
     outcome.differences.extend(compare(&expected, &got));

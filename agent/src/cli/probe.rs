@@ -45,9 +45,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     };
     let report = ProbeReport::new(measurements, &overrides);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", report.to_table());
+        crate::out!("{}", report.to_table())?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kyverno_runtime_api::runtimepolicy::{PolicyBehavior, RuntimePolicyMode};
 use kyverno_runtime_enforce::openexec::{BehaviorLists, Mode};
 use kyverno_runtime_policy::compile::{EvaluatedBehavior, EvaluationResult};
-use kyverno_runtime_policy::values::{BehaviorKind, FieldPath};
+use kyverno_runtime_policy::values::{warn_values, BehaviorKind, FieldPath, ValueWarning};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -37,6 +37,15 @@ pub fn lists(result: &EvaluationResult, kind: BehaviorKind) -> Option<BehaviorLi
         }
     }
     Some(merged)
+}
+
+/// The warnings of one kind's lists ([`lists`]): values accepted as
+/// written that cannot match, or were normalized, each named at its list's
+/// field as a rejection is.
+pub fn warnings(kind: BehaviorKind, lists: &BehaviorLists) -> Vec<ValueWarning> {
+    let mut out = warn_values(kind, &lists.allow, &lists.field.field("allow"));
+    out.extend(warn_values(kind, &lists.deny, &lists.field.field("deny")));
+    out
 }
 
 fn one(b: &EvaluatedBehavior) -> BehaviorLists {

@@ -226,6 +226,44 @@ struct Rejections {
     network: Vec<String>,
     open: Vec<String>,
     exec: Vec<String>,
+    /// Values programmed as written (or normalized) that cannot mean what
+    /// they seem to, grouped by the same conditions.
+    warnings: Warnings,
+}
+
+/// [`convert::warnings`] of a policy's lists, by spec condition: network,
+/// protocol and dns under TargetsValid, then open, then exec.
+#[derive(Default, PartialEq)]
+struct Warnings {
+    network: Vec<String>,
+    open: Vec<String>,
+    exec: Vec<String>,
+}
+
+impl Warnings {
+    /// The warnings of an evaluation, whatever backend this node has: they
+    /// are about the spec, the same answer on every node.
+    fn of(result: &EvaluationResult) -> Self {
+        let mut w = Warnings::default();
+        for kind in BehaviorKind::ALL {
+            let Some(lists) = convert::lists(result, kind) else {
+                continue;
+            };
+            let into = match kind {
+                BehaviorKind::Open => &mut w.open,
+                BehaviorKind::Exec => &mut w.exec,
+                BehaviorKind::Network | BehaviorKind::Protocol | BehaviorKind::Dns => {
+                    &mut w.network
+                }
+            };
+            into.extend(
+                convert::warnings(kind, &lists)
+                    .iter()
+                    .map(ToString::to_string),
+            );
+        }
+        w
+    }
 }
 
 impl Engine {
@@ -527,7 +565,17 @@ impl Engine {
         // settle it with observe_policy once the kernel holds them).
         self.stage_policy(name);
         let mut failures = Vec::new();
-        let mut rejections = Rejections::default();
+        let mut rejections = Rejections {
+            warnings: Warnings::of(&result),
+            ..Rejections::default()
+        };
+        // Logged when they change, not on every re-evaluation.
+        if self.rejections.get(&uid).map(|r| &r.warnings) != Some(&rejections.warnings) {
+            let w = &rejections.warnings;
+            for warning in w.network.iter().chain(&w.open).chain(&w.exec) {
+                tracing::warn!(policy = %name, %warning, "a policy value is accepted but cannot match as written");
+            }
+        }
         if let Some(m) = self.openexec.get() {
             let outcome = m.upsert_policy(OpenExecPolicy {
                 id: id.clone(),
@@ -1108,14 +1156,26 @@ impl Engine {
         ]
         .into_iter()
         .find(|k| p.active.contains(k));
-        for (kind, type_, list) in [
+        let w = &r.warnings;
+        for (kind, type_, list, warnings) in [
             (
                 egress_side.unwrap_or(BehaviorKind::Network),
                 types::TARGETS_VALID,
                 &r.network,
+                &w.network,
             ),
-            (BehaviorKind::Open, types::OPEN_RULES_VALID, &r.open),
-            (BehaviorKind::Exec, types::EXEC_RULES_VALID, &r.exec),
+            (
+                BehaviorKind::Open,
+                types::OPEN_RULES_VALID,
+                &r.open,
+                &w.open,
+            ),
+            (
+                BehaviorKind::Exec,
+                types::EXEC_RULES_VALID,
+                &r.exec,
+                &w.exec,
+            ),
         ] {
             if !p.active.contains(&kind) {
                 continue;
@@ -1125,31 +1185,31 @@ impl Engine {
             } else {
                 kind.as_str()
             };
-            let (status, reason, message) = if list.is_empty() {
-                ("True", "Valid", format!("every {what} value is programmed"))
-            } else {
-                let mut shown: Vec<&str> = list
-                    .iter()
-                    .take(REJECTIONS_SHOWN)
-                    .map(String::as_str)
-                    .collect();
-                let more = list.len().saturating_sub(REJECTIONS_SHOWN);
-                let tail = if more > 0 {
-                    format!("; and {more} more")
+            let (status, reason, mut message) = if list.is_empty() {
+                let reason = if warnings.is_empty() {
+                    "Valid"
                 } else {
-                    String::new()
+                    "ValidWithWarnings"
                 };
-                shown.dedup();
+                ("True", reason, format!("every {what} value is programmed"))
+            } else {
                 (
                     "False",
                     "ValuesRejected",
                     format!(
-                        "{} value(s) not programmed: {}{tail}",
+                        "{} value(s) not programmed: {}",
                         list.len(),
-                        shown.join("; ")
+                        first_few(list)
                     ),
                 )
             };
+            if !warnings.is_empty() {
+                message.push_str(&format!(
+                    "; {} warning(s): {}",
+                    warnings.len(),
+                    first_few(warnings)
+                ));
+            }
             out.push(Condition {
                 type_: type_.to_string(),
                 status: status.to_string(),
@@ -1161,6 +1221,23 @@ impl Engine {
         }
         out
     }
+}
+
+/// The first [`REJECTIONS_SHOWN`] of `list` joined by `; `, and how many
+/// more there are.
+fn first_few(list: &[String]) -> String {
+    let mut shown: Vec<&str> = list
+        .iter()
+        .take(REJECTIONS_SHOWN)
+        .map(String::as_str)
+        .collect();
+    shown.dedup();
+    let more = list.len().saturating_sub(REJECTIONS_SHOWN);
+    let mut out = shown.join("; ");
+    if more > 0 {
+        out.push_str(&format!("; and {more} more"));
+    }
+    out
 }
 
 /// A policy's evaluated lists in one bounded line (the first values of

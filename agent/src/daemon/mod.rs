@@ -506,6 +506,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
             b.reason = Some(reason.clone());
         }
     }
+    crate::cli::input::check_kubeconfig()?;
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server (in-cluster config or KUBECONFIG)")?;

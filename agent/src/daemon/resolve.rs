@@ -64,12 +64,7 @@ impl CgroupResolver {
                 cgroups::Resolver::new(vec![cgroups::CgroupRoot::new(path, version)])
             }
             None if !same_mount_namespace_as_init() => {
-                let text = std::fs::read_to_string("/proc/1/mountinfo").map_err(|source| {
-                    cgroups::Error::Mountinfo {
-                        path: "/proc/1/mountinfo".into(),
-                        source,
-                    }
-                })?;
+                let text = cgroups::read_mountinfo(Path::new("/proc/1/mountinfo"))?;
                 let roots = cgroups::select_roots(&cgroups::parse_mountinfo(&text))
                     .into_iter()
                     .map(|mut r| {

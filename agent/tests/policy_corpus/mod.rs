@@ -471,7 +471,7 @@ fn mutate(p: &mut Json, rng: &mut Rng) -> String {
             format!("expression of {len} characters")
         }
         18 => {
-            let m = &mut p["metadata"];
+            let m = metadata(p);
             let what = rng.below(6);
             match what {
                 0 => {
@@ -508,7 +508,7 @@ fn mutate(p: &mut Json, rng: &mut Rng) -> String {
                 "",
                 "deployment,StatefulSet",
             ]);
-            p["metadata"]["annotations"] =
+            metadata(p)["annotations"] =
                 json!({"pod-policies.kyverno.io/autogen-controllers": v});
             format!("autogen-controllers {v:?}")
         }
@@ -567,6 +567,15 @@ fn mutate(p: &mut Json, rng: &mut Rng) -> String {
             }
         }
     }
+}
+
+/// The policy's metadata, made an object again if an earlier mutation
+/// replaced it with another type (indexing a non-object would panic).
+fn metadata(p: &mut Json) -> &mut Json {
+    if !p["metadata"].is_object() {
+        p["metadata"] = json!({});
+    }
+    &mut p["metadata"]
 }
 
 /// `n` mutants of `bases`, from `seed`.

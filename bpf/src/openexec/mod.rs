@@ -655,7 +655,13 @@ impl OpenExec {
 /// default. Returns the previous setting.
 pub fn enable_bpf_stats(on: bool) -> std::io::Result<bool> {
     const KNOB: &str = "/proc/sys/kernel/bpf_stats_enabled";
-    let before = std::fs::read_to_string(KNOB)?.trim() == "1";
+    // A sysctl holds "0\n" or "1\n": a few bytes are all that is read.
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(std::fs::File::open(KNOB)?, 16),
+        &mut text,
+    )?;
+    let before = text.trim() == "1";
     std::fs::write(KNOB, if on { "1" } else { "0" })?;
     Ok(before)
 }

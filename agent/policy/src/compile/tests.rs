@@ -80,6 +80,36 @@ behaviors:
     );
 }
 
+/// A misplaced "*" does not hide the list's other bad values: every "*"
+/// out of place and every value the parser refuses is reported, in both
+/// lists of the behavior (it is not programmed, so nothing else would).
+#[test]
+fn a_star_error_does_not_hide_the_other_bad_values() {
+    let errs = evaluate(
+        r#"
+behaviors:
+  - exec:
+      allow: {values: ["/usr/bin/ok", "bin/rel"]}
+      deny: {values: ["curl", "/etc/"], expression: "['*', '/bin/sh', '*x']"}
+  - network:
+      deny: {values: ["10.0.0.1"]}
+"#,
+    )
+    .unwrap_err();
+    let got: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    let want = [
+        "spec.behaviors[0].exec.deny.values[2]: \"*\" in deny must be the only value",
+        "spec.behaviors[0].exec.allow.values[1]: \"bin/rel\" is not an absolute path",
+        "spec.behaviors[0].exec.deny.values[0]: \"curl\" is not an absolute path",
+        "spec.behaviors[0].exec.deny.values[1]: \"/etc/\" ends with /",
+        "spec.behaviors[0].exec.deny.values[4]: \"*x\" contains *",
+    ];
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+    for (g, w) in got.iter().zip(want) {
+        assert!(g.starts_with(w), "{g} does not start with {w}");
+    }
+}
+
 #[test]
 fn a_dyn_result_without_coercion_is_refused_with_the_field_path() {
     let errs = compile_errors(

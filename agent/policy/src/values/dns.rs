@@ -1,5 +1,6 @@
 //! `dns` values: question names a pod is expected (or reported) to resolve.
 
+use super::numeric::numeric_looking;
 use super::{digits_and_dots, validate_hostname, FieldPath, Reason, Underscore, ValueError, STAR};
 use kyverno_runtime_api::runtimepolicy::MAX_HOSTNAME_LEN;
 use std::fmt;
@@ -64,8 +65,9 @@ impl fmt::Display for DnsPattern {
 /// their trailing dot. A wildcard may only be the whole leftmost label
 /// followed by a name: `foo.*.example.com`, `*foo.example.com` and `*.`
 /// are refused. An address is not a name: a value that is only digits and
-/// dots or contains `:` is refused, as at admission (`1.0.0.127.in-addr.arpa`
-/// is a name). The value as written is at most `MAX_HOSTNAME_LEN` (253)
+/// dots, numbers as `inet_aton` reads them (`0x7f.0.0.1`: the C library
+/// connects to it without a question), or contains `:` is refused, as at
+/// admission (`1.0.0.127.in-addr.arpa` is a name). The value as written is at most `MAX_HOSTNAME_LEN` (253)
 /// bytes, wildcard and trailing dot included.
 pub fn parse_dns(value: &str, path: &FieldPath) -> Result<DnsPattern, ValueError> {
     classify(value).map_err(|reason| ValueError::new(path, value, reason))
@@ -81,7 +83,7 @@ fn classify(value: &str) -> Result<DnsPattern, Reason> {
     if value.len() > MAX_HOSTNAME_LEN {
         return Err(Reason::hostname_too_long(value.len()));
     }
-    if value.contains(':') || digits_and_dots(value) {
+    if value.contains(':') || digits_and_dots(value) || numeric_looking(value) {
         return Err(Reason::DnsAddress);
     }
     match value.strip_prefix("*.") {
@@ -123,6 +125,7 @@ mod tests {
     #[case::trailing_dot("example.com.", exact("example.com"))]
     #[case::srv("_sip._tcp.example.com", exact("_sip._tcp.example.com"))]
     #[case::reverse("1.0.0.127.in-addr.arpa", exact("1.0.0.127.in-addr.arpa"))]
+    #[case::hex_label_in_a_name("0xcafe.example", exact("0xcafe.example"))]
     #[case::single_label("localhost", exact("localhost"))]
     #[case::wildcard("*.example.com", sub(".example.com"))]
     #[case::wildcard_deep("*.openai.azure.com", sub(".openai.azure.com"))]
@@ -139,6 +142,8 @@ mod tests {
     #[case::ipv4("10.0.0.1", Reason::DnsAddress)]
     #[case::ipv4_absolute("10.0.0.1.", Reason::DnsAddress)]
     #[case::not_quite_ipv4("1.2.3", Reason::DnsAddress)]
+    #[case::hex_ipv4("0x7f.0.0.1", Reason::DnsAddress)]
+    #[case::hex_word("0x7f000001.", Reason::DnsAddress)]
     #[case::ipv6("::1", Reason::DnsAddress)]
     #[case::ipv6_full("2001:db8::1", Reason::DnsAddress)]
     #[case::host_and_port("example.com:53", Reason::DnsAddress)]

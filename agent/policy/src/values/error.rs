@@ -35,7 +35,7 @@ impl ValueError {
 }
 
 /// The value quoted and escaped on one line, cut to a bounded length.
-fn shown(value: &str) -> String {
+pub(super) fn shown(value: &str) -> String {
     match value.char_indices().nth(ValueError::SHOWN_CHARS) {
         Some((cut, _)) => format!("{:?}...", &value[..cut]),
         None => format!("{value:?}"),
@@ -106,6 +106,20 @@ pub enum Reason {
         /// The IPv4 address it maps.
         ipv4: Ipv4Addr,
     },
+    /// Numbers and dots that are not dotted decimal but that the C
+    /// library's `inet_aton` reads as an address (`127.1`, `0177.0.0.1`,
+    /// `0x7f.0.0.1`, `2130706433`): a program given this name connects to
+    /// that address without asking DNS.
+    #[error("is IPv4 shorthand: the C library (inet_aton, as curl, ping and getaddrinfo use it) reads it as {ipv4} and connects there without a DNS lookup; write {ipv4}, the form an address is matched in")]
+    Ipv4Shorthand {
+        /// The address it stands for.
+        ipv4: Ipv4Addr,
+    },
+    /// Numbers (decimal, octal or `0x` hex) and dots, with a hex part, that
+    /// are not an address either (`0x100.0.0.1`): such a name is never
+    /// looked up in DNS (no domain ends in a number).
+    #[error("is numbers and dots (decimal, octal or 0x hex), which is read as an IPv4 address, not a name, and is not a valid one: write the address in dotted decimal")]
+    NumericName,
     /// A CIDR whose part before `/` is not an address.
     #[error("is not a CIDR: the part before / must be an IPv4 or IPv6 address")]
     BadCidrAddress,
@@ -121,7 +135,7 @@ pub enum Reason {
 
     // ---- dns ----
     /// An address where a dns name is expected.
-    #[error("is an address, not a name (a dns value that is only digits and dots, or contains ':', is refused)")]
+    #[error("is an address, not a name (a dns value that is only numbers and dots, decimal, octal or 0x hex as inet_aton reads them, or contains ':', is refused: no program asks DNS for it)")]
     DnsAddress,
     /// A `*` anywhere but as the whole leftmost label.
     #[error("has a misplaced wildcard: a wildcard may only be the whole leftmost label, followed by a name, as in *.example.com")]
@@ -172,6 +186,24 @@ pub enum Reason {
     /// Contains a NUL byte.
     #[error("contains a NUL byte, which no path can hold")]
     Nul,
+    /// Contains a control character (newline, tab, escape, DEL, C1).
+    #[error("contains the control character U+{:04X}: a value is read by people, and a control character hides what it is (a newline or a carriage return from a data source is the usual slip)", u32::from(*.ch))]
+    ControlChar {
+        /// The first one.
+        ch: char,
+    },
+    /// Contains a Unicode bidirectional control (U+202E and its kin).
+    #[error("contains the bidirectional control U+{:04X}, which makes the path display differently from what the kernel compares", u32::from(*.ch))]
+    BidiControl {
+        /// The first one.
+        ch: char,
+    },
+    /// Ends with whitespace.
+    #[error("ends with whitespace (U+{:04X}): a quoting slip, almost always, and the kernel compares it as part of the name", u32::from(*.ch))]
+    TrailingWhitespace {
+        /// The last character.
+        ch: char,
+    },
 }
 
 impl Reason {
@@ -190,6 +222,8 @@ impl Reason {
             Reason::BadIpv6 => "bad_ipv6",
             Reason::ZoneId => "zone_id",
             Reason::Ipv4Mapped { .. } => "ipv4_mapped",
+            Reason::Ipv4Shorthand { .. } => "ipv4_shorthand",
+            Reason::NumericName => "numeric_name",
             Reason::BadCidrAddress => "bad_cidr_address",
             Reason::BadPrefixLen { .. } => "bad_prefix_len",
             Reason::NetworkWildcard => "network_wildcard",
@@ -206,6 +240,9 @@ impl Reason {
             Reason::TrailingSlash => "trailing_slash",
             Reason::PathWildcard => "path_wildcard",
             Reason::Nul => "nul",
+            Reason::ControlChar { .. } => "control_char",
+            Reason::BidiControl { .. } => "bidi_control",
+            Reason::TrailingWhitespace { .. } => "trailing_whitespace",
         }
     }
 

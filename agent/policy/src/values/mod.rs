@@ -20,8 +20,10 @@ mod error;
 mod field_path;
 mod hostname;
 mod network;
+mod numeric;
 mod path;
 mod protocol;
+mod warning;
 
 pub use dns::{parse_dns, DnsPattern};
 pub use error::{Reason, ValueError};
@@ -30,6 +32,7 @@ pub use hostname::{validate_hostname, Underscore};
 pub use network::{parse_network, parse_network_in, Cidr, NetworkTarget, DEFAULT_CLUSTER_DOMAIN};
 pub use path::{parse_path, AbsPath, PathTarget, PATH_KEY_LEN};
 pub use protocol::{parse_protocol, ProtocolTarget, ProtocolToken};
+pub use warning::{warn_value, warn_values, Note, ValueWarning};
 
 /// The value that, alone in a deny list, makes a behavior default-deny.
 pub const STAR: &str = "*";
@@ -39,21 +42,50 @@ pub const STAR: &str = "*";
 /// must be the only value of a deny list ([`Reason::StarNotAlone`]).
 ///
 /// `path` is the list's path (`spec.behaviors[0].exec.deny.values`); the
-/// error names the offending `"*"` element (`...values[1]`).
+/// error names the first offending `"*"` element (`...values[1]`);
+/// [`misplaced_stars`] names every one.
 pub fn check_star<S: AsRef<str>>(
     values: &[S],
     path: &FieldPath,
     side: RuleSide,
 ) -> Result<(), ValueError> {
-    let Some(at) = values.iter().position(|v| v.as_ref() == STAR) else {
-        return Ok(());
-    };
+    match misplaced_stars(values, path, side).into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Every `"*"` of one list that stands where it may not (see
+/// [`check_star`]), in order.
+pub fn misplaced_stars<S: AsRef<str>>(
+    values: &[S],
+    path: &FieldPath,
+    side: RuleSide,
+) -> Vec<ValueError> {
     let reason = match side {
         RuleSide::Allow => Reason::StarInAllow,
-        RuleSide::Deny if values.len() == 1 => return Ok(()),
+        RuleSide::Deny if values.len() == 1 => return Vec::new(),
         RuleSide::Deny => Reason::StarNotAlone,
     };
-    Err(ValueError::new(&path.index(at), STAR, reason))
+    values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.as_ref() == STAR)
+        .map(|(i, _)| ValueError::new(&path.index(i), STAR, reason.clone()))
+        .collect()
+}
+
+/// Parses one value of `kind` at `path` with that kind's parser, keeping
+/// only whether it is usable (the network parser assumes the
+/// [`DEFAULT_CLUSTER_DOMAIN`], which decides only what a name is, never
+/// whether it is valid).
+pub fn check_value(kind: BehaviorKind, value: &str, path: &FieldPath) -> Result<(), ValueError> {
+    match kind {
+        BehaviorKind::Network => parse_network(value, path).map(drop),
+        BehaviorKind::Exec | BehaviorKind::Open => parse_path(value, path).map(drop),
+        BehaviorKind::Protocol => parse_protocol(value, path).map(drop),
+        BehaviorKind::Dns => parse_dns(value, path).map(drop),
+    }
 }
 
 /// Parses one allow or deny list: [`check_star`] over the list, then
@@ -78,7 +110,7 @@ where
     S: AsRef<str>,
     F: Fn(&str, &FieldPath) -> Result<T, ValueError>,
 {
-    let mut errors: Vec<ValueError> = check_star(values, path, side).err().into_iter().collect();
+    let mut errors = misplaced_stars(values, path, side);
     let mut targets = Vec::with_capacity(values.len());
     for (i, value) in values.iter().enumerate() {
         match parse(value.as_ref(), &path.index(i)) {
@@ -90,6 +122,21 @@ where
         Ok(targets)
     } else {
         Err(errors)
+    }
+}
+
+/// `value` as it may be printed on a terminal or in a log line: as it is,
+/// or quoted and escaped (`"/tmp/x\u{202e}hs"`) when it holds a control
+/// or bidirectional control character, which would otherwise move the
+/// cursor, end the line or reorder what the reader sees.
+pub fn printable(value: &str) -> std::borrow::Cow<'_, str> {
+    if value
+        .chars()
+        .any(|c| c.is_control() || path::is_bidi_control(c))
+    {
+        std::borrow::Cow::Owned(format!("{value:?}"))
+    } else {
+        std::borrow::Cow::Borrowed(value)
     }
 }
 
@@ -133,9 +180,33 @@ mod tests {
     }
 
     #[test]
+    fn a_value_is_printed_escaped_only_when_it_must_be() {
+        assert_eq!(printable("/srv/my files/café"), "/srv/my files/café");
+        assert_eq!(printable("/tmp/a\nb"), "\"/tmp/a\\nb\"");
+        assert_eq!(printable("/tmp/x\u{202E}hs"), "\"/tmp/x\\u{202e}hs\"");
+        assert_eq!(printable("\u{1b}[2J"), "\"\\u{1b}[2J\"");
+    }
+
+    #[test]
+    fn every_misplaced_star_is_named() {
+        let path = FieldPath::values(3, BehaviorKind::Exec, RuleSide::Deny);
+        let got: Vec<_> = misplaced_stars(&["*", "/bin/sh", "*"], &path, RuleSide::Deny)
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "spec.behaviors[3].exec.deny.values[0]",
+                "spec.behaviors[3].exec.deny.values[2]"
+            ]
+        );
+    }
+
+    #[test]
     fn parse_values_reports_every_failure_in_order() {
         let errors = parse_values(
-            &["*", "curl", "/bin/sh", "/etc/"],
+            &["*", "curl", "/bin/sh", "/etc/", "*"],
             &deny(),
             RuleSide::Deny,
             parse_path,
@@ -150,6 +221,10 @@ mod tests {
             [
                 (
                     "spec.behaviors[3].exec.deny.values[0]",
+                    Reason::StarNotAlone
+                ),
+                (
+                    "spec.behaviors[3].exec.deny.values[4]",
                     Reason::StarNotAlone
                 ),
                 ("spec.behaviors[3].exec.deny.values[1]", Reason::NotAbsolute),

@@ -1,5 +1,6 @@
 //! `network` values: egress destinations.
 
+use super::numeric::{inet_aton, numeric_looking};
 use super::{digits_and_dots, validate_hostname, FieldPath, Reason, Underscore, ValueError, STAR};
 use kyverno_runtime_api::runtimepolicy::MAX_HOSTNAME_LEN;
 use std::fmt;
@@ -182,8 +183,16 @@ pub fn parse_network(value: &str, path: &FieldPath) -> Result<NetworkTarget, Val
 /// 2. containing `:`: an IPv6 address;
 /// 3. only digits and dots: an IPv4 address in dotted decimal, so
 ///    `10.0.0.300` and `1.2.3` are refused rather than taken for names;
-/// 4. anything else: a host name (RFC 1123, see [`validate_hostname`]; no
+/// 4. numbers and dots with a `0x` hex part (`0x7f.0.0.1`): refused, since
+///    the C library reads them as an address and never asks DNS, so as a
+///    name they could never match;
+/// 5. anything else: a host name (RFC 1123, see [`validate_hostname`]; no
 ///    wildcards, no `_`), lowercased, without its trailing dot.
+///
+/// A refused number names the address `inet_aton` reads it as, when it
+/// reads one ([`Reason::Ipv4Shorthand`]: `127.1`, `0177.0.0.1`,
+/// `2130706433` are 127.0.0.1 to curl and ping, and the kernel sees
+/// 127.0.0.1).
 ///
 /// Addresses: IPv6 zone ids (`fe80::1%eth0`) are refused, since they name a
 /// link on one host. IPv4-mapped IPv6 addresses and CIDRs
@@ -232,8 +241,18 @@ fn classify(value: &str, cluster_domain: &str) -> Result<NetworkTarget, Reason> 
     if value.contains('/') {
         return parse_cidr(value).map(NetworkTarget::Cidr);
     }
-    if value.contains(':') || digits_and_dots(value) {
+    if value.contains(':') {
         return parse_addr(value).map(NetworkTarget::Ip);
+    }
+    if digits_and_dots(value) || numeric_looking(value) {
+        return match parse_addr(value) {
+            Ok(ip) => Ok(NetworkTarget::Ip(ip)),
+            Err(reason) => Err(match inet_aton(value) {
+                Some(ipv4) => Reason::Ipv4Shorthand { ipv4 },
+                None if digits_and_dots(value) => reason,
+                None => Reason::NumericName,
+            }),
+        };
     }
     if value.contains('*') {
         return Err(Reason::NetworkWildcard);
@@ -330,6 +349,12 @@ mod tests {
         NetworkTarget::Domain(d.into())
     }
 
+    fn shorthand(ipv4: &str) -> Reason {
+        Reason::Ipv4Shorthand {
+            ipv4: ipv4.parse().unwrap(),
+        }
+    }
+
     // The address cases were checked against Go's net/netip with the API
     // server's isIP/isCIDR conditions (no zone, not IPv4-mapped).
     #[rstest]
@@ -371,6 +396,8 @@ mod tests {
     #[case::domain_trailing_dot("example.com.", domain("example.com"))]
     #[case::single_label("localhost", domain("localhost"))]
     #[case::digits_with_a_letter("1e100.net", domain("1e100.net"))]
+    #[case::hex_label_in_a_name("0xcafe.example", domain("0xcafe.example"))]
+    #[case::hex_looking_word("deadbeef", domain("deadbeef"))]
     #[case::star("*", NetworkTarget::Any)]
     fn accepts(#[case] value: &str, #[case] want: NetworkTarget) {
         assert_eq!(parse(value), Ok(want));
@@ -379,11 +406,20 @@ mod tests {
     #[rstest]
     #[case::empty("", Reason::Empty)]
     #[case::octet_out_of_range("10.0.0.300", Reason::BadIpv4)]
-    #[case::three_octets("1.2.3", Reason::BadIpv4)]
+    #[case::three_octets("1.2.3", shorthand("1.2.0.3"))]
     #[case::five_octets("1.2.3.4.5", Reason::BadIpv4)]
-    #[case::leading_zero("010.0.0.1", Reason::BadIpv4)]
+    #[case::leading_zero("010.0.0.1", shorthand("8.0.0.1"))]
     #[case::trailing_dot_address("1.2.3.4.", Reason::BadIpv4)]
-    #[case::digits_only("12345", Reason::BadIpv4)]
+    #[case::digits_only("12345", shorthand("0.0.48.57"))]
+    #[case::digits_over_32_bits("4294967296", Reason::BadIpv4)]
+    #[case::two_parts("127.1", shorthand("127.0.0.1"))]
+    #[case::octal("0177.0.0.1", shorthand("127.0.0.1"))]
+    #[case::hex_parts("0x7f.0.0.1", shorthand("127.0.0.1"))]
+    #[case::hex_word("0x7F000001", shorthand("127.0.0.1"))]
+    #[case::decimal_word("2130706433", shorthand("127.0.0.1"))]
+    #[case::hex_absolute("0x7f.0.0.1.", Reason::NumericName)]
+    #[case::hex_out_of_range("0x100.0.0.1", Reason::NumericName)]
+    #[case::hex_empty("0x.1", Reason::NumericName)]
     #[case::only_dots("...", Reason::BadIpv4)]
     #[case::double_colon_twice("2001:db8::1::2", Reason::BadIpv6)]
     #[case::ipv6_bad_group("2001:db8::fffff", Reason::BadIpv6)]
@@ -399,7 +435,7 @@ mod tests {
     #[case::ipv6_two_compressions("1::2::3", Reason::BadIpv6)]
     #[case::ipv6_leading_single_colon(":1::", Reason::BadIpv6)]
     #[case::ipv6_full_and_compressed("1:2:3:4:5:6:7:8::", Reason::BadIpv6)]
-    #[case::single_number("0", Reason::BadIpv4)]
+    #[case::single_number("0", shorthand("0.0.0.0"))]
     #[case::mapped_long_form("0:0:0:0:0:ffff:1.2.3.4", Reason::Ipv4Mapped { ipv4: Ipv4Addr::new(1, 2, 3, 4) })]
     #[case::mapped_prefix("::ffff:0:0/96", Reason::Ipv4Mapped { ipv4: Ipv4Addr::new(0, 0, 0, 0) })]
     #[case::prefix_zero_padded("0.0.0.0/00", Reason::BadPrefixLen { max: 32 })]

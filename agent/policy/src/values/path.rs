@@ -11,7 +11,11 @@ pub const PATH_KEY_LEN: usize = MAX_PATH_LEN + 1;
 /// starts with `/`, has no empty (`//`), `.` or `..` segment and no
 /// trailing `/` (except the root `/` itself), no `*` and no NUL, and is at
 /// most `MAX_PATH_LEN` (255) bytes, so it is a path the kernel can report
-/// and a value can match.
+/// and a value can match. It holds no control character (a newline or a
+/// carriage return is a slip, usually from a data source's lines) and no
+/// bidirectional control (it would display as another path), and does not
+/// end in whitespace: each is a legal file name byte, and each is refused
+/// because the value a person reads would not be the one compared.
 ///
 /// Named `AbsPath` rather than `PathValue` so it does not shadow the CRD's
 /// unvalidated `kyverno_runtime_api::runtimepolicy::PathValue` in code that
@@ -34,6 +38,15 @@ impl AbsPath {
         }
         if value.contains('\0') {
             return Err(Reason::Nul);
+        }
+        if let Some(ch) = value.chars().find(|c| c.is_control()) {
+            return Err(Reason::ControlChar { ch });
+        }
+        if let Some(ch) = value.chars().find(|&c| is_bidi_control(c)) {
+            return Err(Reason::BidiControl { ch });
+        }
+        if let Some(ch) = value.chars().last().filter(|c| c.is_whitespace()) {
+            return Err(Reason::TrailingWhitespace { ch });
         }
         if value.contains('*') {
             return Err(Reason::PathWildcard);
@@ -88,6 +101,16 @@ impl fmt::Display for AbsPath {
     }
 }
 
+/// The Unicode bidirectional controls (embeddings, overrides, isolates and
+/// marks): they reorder how text displays, so a path holding one reads
+/// differently on a screen from what the kernel compares.
+pub(crate) fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+    )
+}
+
 /// A parsed `exec` or `open` value.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PathTarget {
@@ -140,7 +163,9 @@ mod tests {
     #[case::dot_inside("/etc/a.b/c..d")]
     #[case::proc("/proc/self/mem")]
     #[case::spaces_and_unicode("/srv/my files/café")]
-    #[case::newline_is_a_byte("/tmp/a\nb")]
+    #[case::inner_nbsp("/srv/a\u{A0}b")]
+    #[case::right_to_left_script("/srv/שלום")]
+    #[case::zero_width_joiner("/srv/👩\u{200D}💻")]
     fn accepts(#[case] value: &str) {
         assert_eq!(
             parse(value),
@@ -168,6 +193,19 @@ mod tests {
     #[case::glob("/etc/*", Reason::PathWildcard)]
     #[case::glob_relative("*.sh", Reason::PathWildcard)]
     #[case::nul("/etc/pass\0wd", Reason::Nul)]
+    #[case::newline("/tmp/a\nb", Reason::ControlChar { ch: '\n' })]
+    #[case::carriage_return("/bin/sh\r", Reason::ControlChar { ch: '\r' })]
+    #[case::tab("/bin/\tsh", Reason::ControlChar { ch: '\t' })]
+    #[case::escape("/bin/\u{1b}[0msh", Reason::ControlChar { ch: '\u{1b}' })]
+    #[case::delete("/bin/sh\u{7f}", Reason::ControlChar { ch: '\u{7f}' })]
+    #[case::c1("/bin/\u{85}sh", Reason::ControlChar { ch: '\u{85}' })]
+    #[case::right_to_left_override("/tmp/x\u{202E}hs.exe", Reason::BidiControl { ch: '\u{202E}' })]
+    #[case::isolate("/tmp/\u{2066}a\u{2069}", Reason::BidiControl { ch: '\u{2066}' })]
+    #[case::mark("/tmp/a\u{200F}", Reason::BidiControl { ch: '\u{200F}' })]
+    #[case::arabic_mark("/tmp/a\u{061C}b", Reason::BidiControl { ch: '\u{061C}' })]
+    #[case::trailing_space("/etc/passwd ", Reason::TrailingWhitespace { ch: ' ' })]
+    #[case::trailing_nbsp("/etc/passwd\u{A0}", Reason::TrailingWhitespace { ch: '\u{A0}' })]
+    #[case::trailing_ideographic_space("/bin/sh\u{3000}", Reason::TrailingWhitespace { ch: '\u{3000}' })]
     fn rejects(#[case] value: &str, #[case] want: Reason) {
         assert_eq!(parse(value), Err(want));
     }

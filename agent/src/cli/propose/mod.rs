@@ -17,7 +17,6 @@ use anyhow::{bail, Context as _};
 use build::{Options, Provenance, Workload, WIDEST_IPV4_PREFIX, WIDEST_IPV6_PREFIX};
 use clap::Args;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -179,6 +178,7 @@ pub fn run(args: ProposeArgs) -> anyhow::Result<ExitCode> {
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
+            crate::cli::input::check_kubeconfig()?;
             let (mut workload, sightings, sources) = runtime.block_on(async {
                 let client = kube::Client::try_default()
                     .await
@@ -260,9 +260,7 @@ pub fn run(args: ProposeArgs) -> anyhow::Result<ExitCode> {
         Some(path) => {
             std::fs::write(path, &yaml).with_context(|| format!("writing {}", path.display()))?
         }
-        None => std::io::stdout()
-            .write_all(yaml.as_bytes())
-            .context("writing the policy")?,
+        None => crate::cli::out::write_all(yaml.as_bytes())?,
     }
     let behaviors = proposal.policy.spec.behaviors.as_ref().map_or(0, Vec::len);
     eprintln!(

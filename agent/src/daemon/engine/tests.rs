@@ -448,3 +448,52 @@ fn a_deployments_pod_is_attributed_to_the_deployment() {
         (Some("Deployment"), Some("web"))
     );
 }
+
+/// A value accepted but unable to match as written is named in the
+/// spec condition of its behavior (status stays True: it is programmed).
+#[test]
+fn a_value_that_cannot_match_is_a_warning_in_its_condition() {
+    let (mut e, reports, _dir) = engine();
+    e.apply_policy(&policy(
+        "p",
+        1,
+        serde_json::json!({"mode": "monitor",
+        "behaviors": [
+            {"exec": {"deny": {"values": ["/bin/sh", "/proc/self/exe"]}}},
+            {"network": {"deny": {"values": ["10.0.0.1/8"]}}},
+            {"open": {"deny": {"values": ["/etc/shadow"]}}}]}),
+    ));
+    let r = report(&reports, "p");
+    let condition = |t: &str| {
+        r.spec_conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+            .unwrap_or_else(|| panic!("no {t}: {:?}", r.spec_conditions))
+    };
+    assert_eq!(
+        condition(types::EXEC_RULES_VALID),
+        (
+            "True".into(),
+            "ValidWithWarnings".into(),
+            "every exec value is programmed; 1 warning(s): spec.behaviors[0].exec.deny: \"/proc/self/exe\" goes through /proc/self, a link the kernel resolves before the exec or open hook sees the path (the hook compares the file's resolved path), so it never matches: name the file it leads to".into()
+        )
+    );
+    let (status, reason, message) = condition(types::TARGETS_VALID);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "ValidWithWarnings")
+    );
+    assert!(
+        message.contains("\"10.0.0.1/8\" has host bits set: it is the network 10.0.0.0/8"),
+        "{message}"
+    );
+    assert_eq!(
+        condition(types::OPEN_RULES_VALID),
+        (
+            "True".into(),
+            "Valid".into(),
+            "every open value is programmed".into()
+        )
+    );
+}
