@@ -508,8 +508,7 @@ fn mutate(p: &mut Json, rng: &mut Rng) -> String {
                 "",
                 "deployment,StatefulSet",
             ]);
-            metadata(p)["annotations"] =
-                json!({"pod-policies.kyverno.io/autogen-controllers": v});
+            metadata(p)["annotations"] = json!({"pod-policies.kyverno.io/autogen-controllers": v});
             format!("autogen-controllers {v:?}")
         }
         20 => {
