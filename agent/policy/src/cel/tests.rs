@@ -448,3 +448,67 @@ fn suggestions(#[case] name: &str, #[case] want: &[&str]) {
     let got = suggest(name, env.functions.keys().map(String::as_str));
     assert_eq!(got, want);
 }
+
+/// Issue 24 §3: an even run of `!` or `-` written as one chain cancels out,
+/// as in cel-go; the `cel` 0.13 release applied one operator
+/// (third_party/cel carries the fix). The differential corpus
+/// (`tests/cel_corpus/unary.yaml`) holds the full set against cel-go.
+#[rstest]
+#[case("string(!!true)", ::cel::Value::String(std::sync::Arc::new("true".into())))]
+#[case("!!!true", ::cel::Value::Bool(false))]
+#[case("!(!true)", ::cel::Value::Bool(true))]
+#[case("--1", ::cel::Value::Int(1))]
+#[case("- -1", ::cel::Value::Int(1))]
+#[case("---1", ::cel::Value::Int(-1))]
+#[case("-(-1)", ::cel::Value::Int(1))]
+#[case("--9223372036854775807", ::cel::Value::Int(i64::MAX))]
+#[case("-0x10", ::cel::Value::Int(-16))]
+#[case("-0x8000000000000000", ::cel::Value::Int(i64::MIN))]
+fn unary_chains_evaluate_as_cel_go(#[case] src: &str, #[case] want: ::cel::Value) {
+    assert_eq!(run_closed(src), want, "{src}");
+}
+
+/// Checks and runs an expression that reads no variable, as a policy's
+/// evaluator does.
+fn run_closed(src: &str) -> ::cel::Value {
+    let env = env();
+    let checked = check(src, &env).unwrap_or_else(|e| panic!("{src}: {e:?}"));
+    let program = program::Program::new(&checked, &env, &Default::default());
+    program
+        .run(
+            &[],
+            &eval::policy_context(),
+            &mut program::Budget::new(1_000_000),
+        )
+        .unwrap_or_else(|e| panic!("{src}: {e}"))
+}
+
+#[test]
+fn an_even_not_chain_keeps_the_deny_list() {
+    let src = "!!true ? ['/bin/sh'] : []";
+    check_list_of_strings(src, &env()).unwrap_or_else(|e| panic!("{e:?}"));
+    let got = run_closed(src);
+    let want = ::cel::Value::List(std::sync::Arc::new(vec![::cel::Value::String(
+        std::sync::Arc::new("/bin/sh".into()),
+    )]));
+    assert_eq!(got, want);
+}
+
+/// The 0.13 parser visited the operand of an even chain twice, so
+/// `!!(!!(...(true)...))` cost 2^depth visits (20 levels: 0.74 s in a
+/// release build, 30 levels about 13 minutes by that rate: a 124-byte policy field held
+/// the compiler). Now each level is one visit, and the chain is gone from
+/// the tree.
+#[test]
+fn nested_even_chains_parse_once() {
+    let mut src = "true".to_string();
+    for _ in 0..30 {
+        src = format!("!!({src})");
+    }
+    let checked = check_bool(&src, &env()).unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(
+        checked.ast.expr,
+        ::cel::common::ast::Expr::Literal(::cel::common::ast::LiteralValue::Boolean(true.into())),
+        "{src}"
+    );
+}

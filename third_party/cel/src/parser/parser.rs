@@ -690,7 +690,10 @@ impl gen::CELVisitorCompat<'_> for Parser {
             }
             Some(member) => {
                 if ctx.ops.len() % 2 == 0 {
-                    self.visit(member.as_ref());
+                    // kyverno-runtime patch (upstream #316, cel 0.14.4): an
+                    // even run of `!` cancels out, as in cel-go; the result
+                    // of this visit used to be dropped and one `!` applied.
+                    return self.visit(member.as_ref());
                 }
                 let op_id = self.helper.next_id(&ctx.ops[0]);
                 let target = self.visit(member.as_ref());
@@ -706,7 +709,9 @@ impl gen::CELVisitorCompat<'_> for Parser {
             }
             Some(member) => {
                 if ctx.ops.len() % 2 == 0 {
-                    self.visit(member.as_ref());
+                    // kyverno-runtime patch (upstream #316, cel 0.14.4): an
+                    // even run of `-` cancels out, as in cel-go.
+                    return self.visit(member.as_ref());
                 }
                 let op_id = self.helper.next_id(&ctx.ops[0]);
                 let target = self.visit(member.as_ref());
@@ -925,13 +930,21 @@ impl gen::CELVisitorCompat<'_> for Parser {
     }
 
     fn visit_Int(&mut self, ctx: &IntContext<'_>) -> Self::Return {
-        let string = ctx.get_text();
         if let Some(token) = ctx.tok.as_ref() {
-            let val = match if let Some(string) = string.strip_prefix("0x") {
-                i64::from_str_radix(string, 16)
+            // kyverno-runtime patch (upstream, cel 0.14.5): the literal's
+            // sign is its own token, so `-0x10` is read as `-` + `0x10` in
+            // base 16; it used to reach the base-10 parser and be refused.
+            let raw = token.get_text();
+            let (radix, digits) = match raw.strip_prefix("0x") {
+                Some(rest) => (16, rest),
+                None => (10, raw),
+            };
+            let signed = if ctx.sign.is_some() {
+                format!("-{digits}")
             } else {
-                string.parse::<i64>()
-            } {
+                digits.to_string()
+            };
+            let val = match i64::from_str_radix(&signed, radix) {
                 Ok(v) => v,
                 Err(e) => return self.report_error(token, Some(e), "invalid int literal"),
             };
