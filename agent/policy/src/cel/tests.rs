@@ -414,8 +414,11 @@ fn longest(head: &str, unit: &str, tail: &str) -> String {
 
 #[rstest]
 #[case(longest("x", ".a", ""), "nests deeper than")]
-#[case(longest("x", "[", "]"), "syntax error")]
-#[case(longest("1", "(", ")"), "syntax error")]
+#[case(longest("x", "[", "]"), "nests deeper than 64 levels")]
+#[case(
+    longest("1", "(", ")"),
+    "found `(` where an operator or the end of the expression was expected"
+)]
 #[case(longest("1", "+1", ""), "nests deeper than")]
 #[case(longest("1", "*1", ""), "nests deeper than")]
 #[case(longest("1", "==1", ""), "no overload of ==")]
@@ -423,8 +426,8 @@ fn longest(head: &str, unit: &str, tail: &str) -> String {
 #[case(longest("s", ".trim()", ""), "nests deeper than")]
 #[case(longest("l", "[0]", ""), "nests deeper than")]
 #[case(longest("x", "?1:1", ""), "")]
-#[case(longest("", "f(", ")"), "syntax error")]
-#[case(longest("", "{1:", "}"), "syntax error")]
+#[case(longest("", "f(", ")"), "nests deeper than 64 levels")]
+#[case(longest("", "{1:", "}"), "nests deeper than 64 levels")]
 #[case(longest("", "-", "1"), "")]
 #[case("'a'".repeat(4000), "is 12000 bytes long")]
 fn hostile_input_is_refused_not_a_crash(#[case] src: String, #[case] needle: &str) {
@@ -511,4 +514,41 @@ fn nested_even_chains_parse_once() {
         ::cel::common::ast::Expr::Literal(::cel::common::ast::LiteralValue::Boolean(true.into())),
         "{src}"
     );
+}
+
+/// What parser internals look like; none may reach a user (issue 24 §5).
+const PARSER_INTERNALS: &[&str] = &[
+    "Context",
+    "OtherError",
+    "ParseError",
+    "Syntax error",
+    "<EOF>",
+    "NUM_",
+    "IDENTIFIER",
+    "UNKNOWN",
+    "expr_id",
+];
+
+/// Issue 24 §5: a parse error says what is wrong in words, where; the
+/// parser's internals (`OtherError(ParseError {...})` for its recursion
+/// limit, "No `ConditionalAndContextAll`!" after a syntax error, ANTLR's
+/// token names) never reach the message.
+#[rstest]
+#[case(format!("{}1{}", "(".repeat(100), ")".repeat(100)), "nests deeper than 64 levels")]
+#[case(format!("{}1{}", "[".repeat(100), "]".repeat(100)), "nests deeper than 64 levels")]
+#[case("a ? b".into(), "column 6: found the end of the expression where an operator or `:` was expected")]
+#[case("x[".into(), "column 3: found the end of the expression where an operand")]
+#[case("--".into(), "column 3: cannot make sense of `-`")]
+#[case("1 2".into(), "column 3: found `2` where the end of the expression was expected")]
+#[case("[1, 2".into(), "where `]` or `,` was expected")]
+#[case("(1".into(), "`)` is missing before the end of the expression")]
+#[case("'abc".into(), "`'abc` is not valid CEL")]
+#[case("a\u{0}b".into(), "(in `a\\u{0}b`)")]
+#[case("9223372036854775808".into(), "invalid int literal")]
+fn parse_errors_are_words(#[case] src: String, #[case] needle: &str) {
+    let msg = errors(check(&src, &env()));
+    assert!(msg.contains(needle), "{msg}");
+    for internal in PARSER_INTERNALS {
+        assert!(!msg.contains(internal), "{internal} in {msg}");
+    }
 }
