@@ -102,6 +102,9 @@ const TOKEN_NAMES: &[(&str, &str)] = &[
     ("STRING", "a string"),
     ("BYTES", "a bytes literal"),
     ("IDENTIFIER", "a name"),
+    ("ESC_IDENTIFIER", "a name in backticks"),
+    ("WHITESPACE", "a space"),
+    ("COMMENT", "a comment"),
 ];
 
 /// Tokens that can start an operand.
@@ -121,6 +124,7 @@ const OPERAND_START: &[&str] = &[
     "STRING",
     "BYTES",
     "IDENTIFIER",
+    "ESC_IDENTIFIER",
     "'?'",
 ];
 
@@ -137,6 +141,7 @@ fn expected_words(set: &str) -> String {
         .strip_prefix('{')
         .and_then(|s| s.strip_suffix('}'))
         .unwrap_or(set);
+    // ANTLR names a token without fixed text by its grammar name.
     let mut tokens: Vec<&str> = inner.split(", ").map(str::trim).collect();
     let mut words = Vec::new();
     if tokens.contains(&"IDENTIFIER") {
@@ -208,6 +213,14 @@ mod tests {
         "`'abc` is not valid CEL (an unclosed quote, a bad escape, or a character CEL does not use)"
     )]
     #[case("token recognition error at: '\u{0}'", "`\\u{0}` is not valid CEL (an unclosed quote, a bad escape, or a character CEL does not use)")]
+    #[case(
+        "mismatched input '(' expecting {'[', '{', '}', '(', '.', ',', '-', '!', '?', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER, ESC_IDENTIFIER}",
+        "found `(` where an operand (a name, a literal, or an expression in brackets), `}` or `,` was expected"
+    )]
+    #[case(
+        "mismatched input 'x' expecting ESC_IDENTIFIER",
+        "found `x` where a name in backticks was expected"
+    )]
     #[case("something new", "something new")]
     fn antlr_messages_in_words(#[case] antlr: &str, #[case] want: &str) {
         assert_eq!(antlr_words(antlr), want);

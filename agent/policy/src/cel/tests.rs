@@ -545,6 +545,8 @@ const PARSER_INTERNALS: &[&str] = &[
 #[case("'abc".into(), "`'abc` is not valid CEL")]
 #[case("a\u{0}b".into(), "(in `a\\u{0}b`)")]
 #[case("9223372036854775808".into(), "invalid int literal")]
+// Found by the cel_expr fuzz target: the grammar's ESC_IDENTIFIER token.
+#[case("ha{([1].a)".into(), "found `(` where an operand")]
 fn parse_errors_are_words(#[case] src: String, #[case] needle: &str) {
     let msg = errors(check(&src, &env()));
     assert!(msg.contains(needle), "{msg}");
