@@ -97,7 +97,8 @@ fuzz_target!(|data: &[u8]| {
                     !message.chars().any(|c| c.is_control()),
                     "a raw control character in: {message:?}"
                 );
-                for internal in INTERNALS {
+                // (Unless the expression itself spells it.)
+                for internal in INTERNALS.iter().filter(|i| !source.contains(*i)) {
                     assert!(!message.contains(internal), "{internal} in: {message}");
                 }
             }

@@ -51,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         round_trips(&policy);
-        compile_and_evaluate(&policy);
+        compile_and_evaluate(&policy, text);
     }
 });
 
@@ -69,30 +69,32 @@ fn round_trips(policy: &RuntimePolicy) {
     );
 }
 
-fn names_its_field(message: &str) {
+/// `input`: the document's text; an internal it spells itself may be
+/// quoted back.
+fn names_its_field(message: &str, input: &str) {
     assert!(
         message.starts_with("spec.") || message.starts_with("metadata."),
         "an error that names no field: {message}"
     );
-    for internal in INTERNALS {
+    for internal in INTERNALS.iter().filter(|i| !input.contains(*i)) {
         assert!(!message.contains(internal), "{internal} in: {message}");
     }
 }
 
-fn compile_and_evaluate(policy: &RuntimePolicy) {
+fn compile_and_evaluate(policy: &RuntimePolicy, input: &str) {
     let compiled = match CompiledPolicy::compile(&policy.spec) {
         Ok(c) => c,
         Err(errors) => {
             assert!(!errors.is_empty(), "a refusal with no error");
             for e in errors {
-                names_its_field(&e.to_string());
+                names_its_field(&e.to_string(), input);
             }
             return;
         }
     };
     let partial = compiled.evaluate_partial(shared_policy_context(), &DataSet::new(), BUDGET);
     for e in &partial.errors {
-        names_its_field(&e.to_string());
+        names_its_field(&e.to_string(), input);
     }
     for b in &partial.result.behaviors {
         for (side, values) in [(RuleSide::Allow, &b.allow), (RuleSide::Deny, &b.deny)] {
