@@ -28,7 +28,7 @@ const BUDGET: u64 = 200_000;
 /// What a parser's internals look like in a message.
 const INTERNALS: &[&str] = &[
     "ContextAll",
-    "Context`",
+    "Context`!",
     "OtherError",
     "ParseError {",
     "Syntax error",
@@ -98,7 +98,7 @@ fuzz_target!(|data: &[u8]| {
                     "a raw control character in: {message:?}"
                 );
                 // (Unless the expression itself spells it.)
-                for internal in INTERNALS.iter().filter(|i| !source.contains(*i)) {
+                for internal in INTERNALS.iter().filter(|i| !source.contains(core(i))) {
                     assert!(!message.contains(internal), "{internal} in: {message}");
                 }
             }
@@ -148,4 +148,10 @@ fn fits(ty: &Type, v: &Value) -> bool {
         Type::Map(..) => matches!(v, Value::Map(_)),
         _ => true,
     }
+}
+
+/// An internal's word, without the punctuation a message puts around it
+/// (`Context` of "Context`!"): an input spelling the word may see it quoted.
+fn core(internal: &str) -> &str {
+    internal.trim_matches(|c: char| !c.is_alphanumeric())
 }

@@ -76,7 +76,7 @@ fn names_its_field(message: &str, input: &str) {
         message.starts_with("spec.") || message.starts_with("metadata."),
         "an error that names no field: {message}"
     );
-    for internal in INTERNALS.iter().filter(|i| !input.contains(*i)) {
+    for internal in INTERNALS.iter().filter(|i| !input.contains(core(i))) {
         assert!(!message.contains(internal), "{internal} in: {message}");
     }
 }
@@ -111,4 +111,10 @@ fn compile_and_evaluate(policy: &RuntimePolicy, input: &str) {
             }
         }
     }
+}
+
+/// An internal's word, without the punctuation a message puts around it
+/// (`Context` of "Context`!"): an input spelling the word may see it quoted.
+fn core(internal: &str) -> &str {
+    internal.trim_matches(|c: char| !c.is_alphanumeric())
 }
