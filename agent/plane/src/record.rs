@@ -356,8 +356,32 @@ impl TryFrom<RecordedEvent> for Event {
 /// One JSON line as an event.
 pub fn parse_line(line: &str) -> Result<Event, RecordError> {
     let recorded: RecordedEvent =
-        serde_json::from_str(line).map_err(|e| RecordError::Json(e.to_string()))?;
+        serde_json::from_str(line).map_err(|e| RecordError::Json(one_line(&e.to_string())))?;
     Event::try_from(recorded)
+}
+
+/// Longest JSON error message kept (serde_json quotes an unknown field's
+/// name, which the line can make as long as it likes).
+const MAX_JSON_ERROR_CHARS: usize = 300;
+
+/// A decoder's message as one line of bounded length: control characters
+/// escaped (a JSON `\n` in an unknown field's name is a real newline by the
+/// time serde_json quotes it), so a recording cannot forge lines of
+/// `policy test` output.
+fn one_line(message: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in message.chars().enumerate() {
+        if i == MAX_JSON_ERROR_CHARS {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Every event of a JSON-lines text, each with its line number (from 1);
@@ -494,6 +518,24 @@ mod tests {
         assert!(
             err(r#"{"facts":{"kind":"open","path":"/x"},"colour":"red"}"#).contains("colour"),
             "an unknown field is refused, not ignored"
+        );
+    }
+
+    /// Found by the recorded_events fuzz target: an unknown field whose
+    /// name holds an escaped newline came out as two lines of output.
+    #[test]
+    fn a_refusal_is_one_bounded_line() {
+        let line = format!(
+            r#"{{"facts":{{"kind":"dns","qname":"x"}},"a\nb{}":1}}"#,
+            "c".repeat(5000)
+        );
+        let message = parse_line(&line).unwrap_err().to_string();
+        assert!(!message.contains('\n'), "{message}");
+        assert!(message.contains(r"a\nb"), "{message}");
+        assert!(
+            message.chars().count() < 400,
+            "{} characters",
+            message.chars().count()
         );
     }
 

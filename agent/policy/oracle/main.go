@@ -154,6 +154,11 @@ func run(base *cel.Env, c Case) Result {
 	ast, iss := env.Compile(c.Expr)
 	if iss.Err() != nil {
 		r.CheckError = checkClass(iss.Err().Error())
+		// What the parser itself refuses ("invalid int literal",
+		// "unsupported syntax") is a syntax error whatever its wording.
+		if _, piss := env.Parse(c.Expr); r.CheckError == "other" && piss.Err() != nil {
+			r.CheckError = "syntax"
+		}
 		r.Detail = firstLine(iss.Err().Error())
 		return r
 	}

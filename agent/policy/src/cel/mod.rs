@@ -46,6 +46,7 @@ pub mod eval;
 mod library;
 pub mod program;
 mod render;
+mod syntax;
 pub mod types;
 
 pub use decls::{event_type, Env, Overload};
@@ -283,10 +284,9 @@ impl fmt::Display for Purpose {
 }
 
 fn whole(source: &str, kind: CheckErrorKind) -> Vec<CheckError> {
-    let expr: String = source.chars().take(120).collect();
     vec![CheckError {
         origin: None,
-        expr,
+        expr: syntax::shown(source),
         kind,
     }]
 }
@@ -310,25 +310,50 @@ fn parse(source: &str) -> Result<IdedExpr, Vec<CheckError>> {
     }));
     match parsed {
         Ok(Ok(ast)) => Ok(ast),
-        Ok(Err(errs)) => Err(errs
-            .errors
-            .iter()
-            .map(|e| CheckError {
-                origin: None,
-                expr: source.chars().take(120).collect(),
-                kind: CheckErrorKind::Parse(format!(
-                    "line {}, column {}: {}",
-                    e.pos.0,
-                    e.pos.1,
-                    e.msg.chars().take(200).collect::<String>()
-                )),
-            })
-            .collect()),
+        Ok(Err(errs)) => Err(parse_errors(source, &errs.errors)),
         Err(_) => Err(whole(
             source,
             CheckErrorKind::Internal("the parser failed on this input".to_string()),
         )),
     }
+}
+
+/// The parser's errors as the user reads them (see [`syntax`]): nesting
+/// past the limit is [`CheckErrorKind::TooDeep`]; the parser's follow-up
+/// reports naming its internals are dropped; at most
+/// [`syntax::MAX_SHOWN`] different messages, first by position.
+fn parse_errors(source: &str, errors: &[::cel::parser::ParseError]) -> Vec<CheckError> {
+    let mut messages: Vec<String> = Vec::new();
+    for e in errors {
+        match syntax::word(e) {
+            syntax::Wording::TooDeep => {
+                return whole(
+                    source,
+                    CheckErrorKind::TooDeep {
+                        max: usize::from(PARSER_MAX_DEPTH),
+                    },
+                )
+            }
+            syntax::Wording::Internal => {}
+            syntax::Wording::Message(m) => {
+                if !messages.contains(&m) {
+                    messages.push(m);
+                }
+            }
+        }
+    }
+    if messages.is_empty() {
+        messages.push("the expression is incomplete".to_string());
+    }
+    messages
+        .into_iter()
+        .take(syntax::MAX_SHOWN)
+        .map(|m| CheckError {
+            origin: None,
+            expr: syntax::shown(source),
+            kind: CheckErrorKind::Parse(m.chars().take(300).collect()),
+        })
+        .collect()
 }
 
 /// Stack of the thread that parses and checks: the parser recurses once
