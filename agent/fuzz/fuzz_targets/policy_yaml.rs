@@ -5,8 +5,8 @@
 //! resulting value parsed by its behavior's parser.
 //!
 //! Invariants beyond "no panic":
-//! - an object the review accepts reads as a `RuntimePolicy` (what the API
-//!   server stores, the daemon can load);
+//! - an object the review accepts, as the server would store it, reads as
+//!   a `RuntimePolicy` (what the API server stores, the daemon can load);
 //! - a policy that deserializes serializes back to YAML that deserializes
 //!   to an equal policy (nothing is lost or reinterpreted by the loader);
 //! - every compile and evaluation error names its field (`spec.` or
@@ -52,11 +52,15 @@ fuzz_target!(|data: &[u8]| {
         let Ok(value) = serde_yaml::Value::deserialize(document) else {
             return;
         };
-        let accepted = serde_json::to_value(&value)
+        // The server stores the reviewed object (nulls it does not allow
+        // dropped, defaults applied), not the file: that is what must load.
+        let stored = serde_json::to_value(&value)
             .ok()
-            .is_some_and(|json| admission().review(&json).accepted());
-        if accepted {
-            if let Err(e) = serde_yaml::from_value::<RuntimePolicy>(value.clone()) {
+            .map(|json| admission().review(&json))
+            .filter(|review| review.accepted())
+            .and_then(|review| review.object);
+        if let Some(stored) = stored {
+            if let Err(e) = serde_json::from_value::<RuntimePolicy>(stored) {
                 panic!("the review accepts what the loader cannot read: {e}");
             }
         }
