@@ -85,17 +85,17 @@ fn values_that_cannot_match_as_written_are_warnings_not_errors() {
     assert_eq!(out.matches("warning:").count(), 4, "{out}");
 }
 
-/// A `"*"` beside other values (here from an expression, which admission
-/// cannot see) keeps the behavior from being programmed; every other bad
-/// value of the behavior is still reported.
+/// A `"*"` in allow (here from an expression, which admission cannot see)
+/// keeps the behavior from being programmed; every other bad value of the
+/// behavior is still reported.
 #[test]
 fn a_star_error_does_not_hide_the_other_errors() {
     let (ok, out) = check(&format!(
-        "{HEAD}  - exec:\n      allow: {{values: [\"bin/rel\"]}}\n      deny: {{values: [\"curl\", \"/etc/\", \"/bin/sh\"], expression: \"['*']\"}}\n"
+        "{HEAD}  - exec:\n      allow: {{values: [\"bin/rel\"], expression: \"['*']\"}}\n      deny: {{values: [\"curl\", \"/etc/\", \"/bin/sh\"]}}\n"
     ));
     assert!(!ok, "{out}");
     for want in [
-        "error: spec.behaviors[0].exec.deny.values[3]: \"*\" in deny must be the only value",
+        "error: spec.behaviors[0].exec.allow.values[1]: \"*\" is only meaningful in deny",
         "error: spec.behaviors[0].exec.allow.values[0]: \"bin/rel\" is not an absolute path",
         "error: spec.behaviors[0].exec.deny.values[0]: \"curl\" is not an absolute path",
         "error: spec.behaviors[0].exec.deny.values[1]: \"/etc/\" ends with /",
@@ -103,4 +103,22 @@ fn a_star_error_does_not_hide_the_other_errors() {
         assert!(out.contains(want), "{want}: {out}");
     }
     assert_eq!(out.matches("error:").count(), 4, "{out}");
+}
+
+/// Issue 33: an explicit deny beside a default deny, in another behavior of
+/// the kind or in the same list, is accepted and kept in the merged list
+/// `policy check` prints (the merge used to drop it without a word).
+#[test]
+fn an_explicit_deny_beside_a_default_deny_is_kept_in_the_printed_lists() {
+    let (ok, out) = check(&format!(
+        "{HEAD}  - network:\n      allow: {{values: [\"10.50.0.0/16\"]}}\n      deny: {{values: [\"*\"]}}\n  - network:\n      deny: {{values: [\"10.50.0.9\"]}}\n  - exec:\n      allow: {{values: [\"/usr/bin/curl\"]}}\n      deny: {{values: [\"*\", \"/usr/bin/wget\", \"*\"]}}\n"
+    ));
+    assert!(ok, "{out}");
+    for want in [
+        "  spec.behaviors[0].network\n    allow: 10.50.0.0/16\n    deny:  *, 10.50.0.9\n",
+        "  spec.behaviors[2].exec\n    allow: /usr/bin/curl\n    deny:  *, /usr/bin/wget\n",
+    ] {
+        assert!(out.contains(want), "{want}: {out}");
+    }
+    assert!(!out.contains("error:"), "{out}");
 }

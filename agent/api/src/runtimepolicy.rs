@@ -188,10 +188,14 @@ pub struct PolicyBehavior {
 /// per-rule cost budget. Their messages are fixed text: the server shows
 /// the value beside them (escaped), and a message made from a value that
 /// holds a newline would be dropped for the bare rule. `"*"` is accepted by the value type and
-/// confined by the behavior's rules to being the only value of a deny list.
+/// refused in allow by the behavior's rules; in deny it makes the behavior
+/// default deny beside any explicit denies (which still win over every
+/// allow), except where `star_alone_in_deny` confines it to standing alone
+/// (dns, whose `deny: ["*"]` is the discovery form).
 macro_rules! behavior_kind {
     (
         $(#[$bdoc:meta])* behavior $behavior:ident,
+        $(star_alone_in_deny: $star_why:literal,)?
         $(#[$rdoc:meta])* rule $rule:ident,
         $(#[$vdoc:meta])* value $value:ident {
             max_length: $max:expr,
@@ -204,10 +208,10 @@ macro_rules! behavior_kind {
         #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
         #[x_kube(validation = Rule::new(
             "!has(self.allow) || !has(self.allow.values) || !self.allow.values.exists(v, v == '*')"
-        ).message("\"*\" is only meaningful alone in deny, where it makes the behavior default-deny; it is refused in allow"))]
-        #[x_kube(validation = Rule::new(
+        ).message("\"*\" is only meaningful in deny, where it makes the behavior default-deny; it is refused in allow"))]
+        $(#[x_kube(validation = Rule::new(
             "!has(self.deny) || !has(self.deny.values) || !self.deny.values.exists(v, v == '*') || self.deny.values.size() == 1"
-        ).message("\"*\" in deny must be the only value: it already denies everything not allowed"))]
+        ).message($star_why))])?
         pub struct $behavior {
             /// What is allowed (under a default deny, the only things allowed).
             #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -353,6 +357,7 @@ behavior_kind! {
 behavior_kind! {
     /// The dns behavior: question names (observation only).
     behavior DnsBehavior,
+    star_alone_in_deny: "\"*\" in a dns deny list must be the only value: alone it reports every name",
     /// Expected or reported names.
     rule DnsRule,
     /// A hostname, or a left wildcard `*.example.com` matching its

@@ -288,8 +288,9 @@ fn program_value(
             let d = Domain::new(&name).map_err(|e| reject(RejectReason::DomainTooLong(e)))?;
             side.insert(Destination::Domain(d));
         }
-        // Handled by the caller (alone in deny it is the default deny).
-        NetworkTarget::Any => return Err(reject(RejectReason::Invalid(Reason::StarNotAlone))),
+        // Handled by the caller: in deny it is the default deny, in allow
+        // it is refused before parsing.
+        NetworkTarget::Any => return Err(reject(RejectReason::Invalid(Reason::StarInAllow))),
     }
     Ok(())
 }
@@ -340,16 +341,9 @@ pub fn compile_network(
     let deny_at = lists.field.field("deny");
     for value in &lists.deny {
         if value == STAR {
-            if lists.deny.len() == 1 {
-                rules.default_deny = true;
-            } else {
-                out.rejections
-                    .push(EgressRejection::invalid(ValueError::new(
-                        &deny_at,
-                        value,
-                        Reason::StarNotAlone,
-                    )));
-            }
+            // The default deny; the explicit denies beside it are still
+            // programmed, and win over every allow (kyverno_runtime_policy::rule).
+            rules.default_deny = true;
             continue;
         }
         let programmed = parse_network(value, &deny_at)
@@ -3494,13 +3488,26 @@ mod tests {
     }
 
     #[test]
-    fn star_alone_in_deny_is_the_default_deny() {
+    fn star_in_deny_is_the_default_deny_beside_explicit_denies() {
         let s = no_services();
         let c = compile(Mode::Enforce, &lists(&["::1"], &["*"]), &s);
         assert_eq!(c.program, Some(rules(&["::1"], &[], true)));
         assert!(c.rejections.is_empty());
+        // "*" in allow is refused; in deny beside an explicit deny it is
+        // the default deny and the explicit deny is kept.
         let c = compile(Mode::Enforce, &lists(&["*"], &["*", "::1"]), &s);
-        assert_eq!(c.rejections.len(), 2);
+        assert_eq!(c.rejections.len(), 1);
+        assert_eq!(c.program, Some(rules(&[], &["::1"], true)));
+        let c = compile(
+            Mode::Enforce,
+            &lists(&["10.50.0.0/16"], &["10.50.0.9", "*", "*"]),
+            &s,
+        );
+        assert!(c.rejections.is_empty(), "{:?}", c.rejections);
+        assert_eq!(
+            c.program,
+            Some(rules(&["10.50.0.0/16"], &["10.50.0.9"], true))
+        );
         let c = compile(Mode::Monitor, &lists(&["::1"], &[]), &s);
         assert_eq!(c.program, Some(Program::Observe));
         let c = compile(Mode::Enforce, &lists(&["300.1.1.1"], &[]), &s);

@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
 use kyverno_runtime_compat::{Backend, Behavior};
+use kyverno_runtime_policy::rule::Matches;
 
 use crate::seam::{
     CgroupId, Decision, EnforceError, Enforcer, Held, Observation, PolicyId, Program, ProgramDiff,
@@ -198,7 +199,8 @@ impl<V: Ord + Clone + fmt::Debug> FakeEnforcer<V> {
     }
 
     /// The decision for an operation on `value` by `cgroup`, over every
-    /// policy bound to the cgroup, in the seam's precedence:
+    /// policy bound to the cgroup, by the specification's rule
+    /// (`kyverno_runtime_policy::rule::decide`):
     ///
     /// 1. an explicit deny in any bound enforce policy: [`Decision::Denied`];
     /// 2. else an explicit allow in any bound enforce policy:
@@ -210,24 +212,19 @@ impl<V: Ord + Clone + fmt::Debug> FakeEnforcer<V> {
     /// Observe policies take no part: they can never refuse. The verdict
     /// does not depend on the order of policies.
     pub fn decide(&self, cgroup: CgroupId, value: &V) -> Decision {
-        let rules: Vec<_> = self
-            .state
-            .values()
-            .filter(|held| held.cgroups.contains(&cgroup))
-            .filter_map(|held| match &held.program {
-                Program::Enforce(rules) => Some(rules),
-                Program::Observe => None,
-            })
-            .collect();
-        if rules.iter().any(|r| r.deny.contains(value)) {
-            Decision::Denied
-        } else if rules.iter().any(|r| r.allow.contains(value)) {
-            Decision::Allowed
-        } else if rules.iter().any(|r| r.default_deny) {
-            Decision::DefaultDenied
-        } else {
-            Decision::Unmatched
-        }
+        kyverno_runtime_policy::rule::decide(
+            self.state
+                .values()
+                .filter(|held| held.cgroups.contains(&cgroup))
+                .filter_map(|held| match &held.program {
+                    Program::Enforce(rules) => Some(Matches {
+                        deny: rules.deny.contains(value),
+                        allow: rules.allow.contains(value),
+                        default_deny: rules.default_deny,
+                    }),
+                    Program::Observe => None,
+                }),
+        )
     }
 
     /// Whether `cgroup` is bound to an observe policy: its every operation

@@ -54,9 +54,7 @@ use std::sync::Arc;
 
 use kyverno_runtime_compat::Behavior;
 use kyverno_runtime_policy::selector::PodTarget;
-use kyverno_runtime_policy::values::{
-    parse_path, AbsPath, FieldPath, PathTarget, Reason, ValueError, STAR,
-};
+use kyverno_runtime_policy::values::{parse_path, AbsPath, PathTarget, Reason, ValueError, STAR};
 
 use crate::seam::{
     CgroupId, EnforceError, Enforcer, Held, Observation, PolicyId, Program, ProgramDiff, Result,
@@ -73,19 +71,9 @@ pub enum Mode {
     Monitor,
 }
 
-/// One behavior's evaluated lists (literal values unioned with the
-/// expression's result).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BehaviorLists {
-    /// The behavior's field, such as `spec.behaviors[2].open`; rejections
-    /// name `<field>.allow` or `<field>.deny`. (Not an element path: an
-    /// evaluated value may come from an expression, which has no index.)
-    pub field: FieldPath,
-    /// The allow values.
-    pub allow: Vec<String>,
-    /// The deny values; `["*"]` is the default deny.
-    pub deny: Vec<String>,
-}
+/// One behavior kind's evaluated lists in one policy, as the decision rule
+/// merges them (`"*"` in deny beside the explicit denies).
+pub use kyverno_runtime_policy::rule::BehaviorLists;
 
 /// A RuntimePolicy as this manager needs it: evaluated, with its target
 /// compiled.
@@ -943,14 +931,9 @@ pub fn compile_paths(
     let deny_at = lists.field.field("deny");
     for value in &lists.deny {
         if value == STAR {
-            // Alone it is the default deny. Beside other values it is
-            // refused as admission refuses it, and, like every refused
-            // value, not programmed: what a value means is decided once.
-            if lists.deny.len() == 1 {
-                rules.default_deny = true;
-            } else {
-                rejections.push(ValueError::new(&deny_at, value, Reason::StarNotAlone));
-            }
+            // The default deny; the explicit denies beside it are still
+            // programmed, and win over every allow (kyverno_runtime_policy::rule).
+            rules.default_deny = true;
             continue;
         }
         match parse_path(value, &deny_at) {

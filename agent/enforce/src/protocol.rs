@@ -43,7 +43,7 @@
 //! # Values
 //!
 //! A protocol value is a token of [`parse_protocol`]: `ssh`, `tls`,
-//! `tls/<alpn>`, `dns`, `http/1.1`, `http/2`, `quic`, or `"*"` alone in
+//! `tls/<alpn>`, `dns`, `http/1.1`, `http/2`, `quic`, or `"*"` in
 //! deny (the default deny). Everything the parser refuses
 //! (`unclassified`, which is observation vocabulary, unknown tokens, bad
 //! ALPN names) and every misplaced `"*"` is a [`ProtocolRejection`] with
@@ -169,11 +169,9 @@ pub fn compile_protocol(
     let deny_at = lists.field.field("deny");
     for value in &lists.deny {
         if value == STAR {
-            if lists.deny.len() == 1 {
-                rules.default_deny = true;
-            } else {
-                rejections.push(ValueError::new(&deny_at, value, Reason::StarNotAlone).into());
-            }
+            // The default deny; the explicit denies beside it are still
+            // programmed, and win over every allow (kyverno_runtime_policy::rule).
+            rules.default_deny = true;
             continue;
         }
         match parse_protocol(value, &deny_at) {
@@ -183,9 +181,8 @@ pub fn compile_protocol(
                 }
                 Err(reason) => rejections.push(ValueError::new(&deny_at, value, reason).into()),
             },
-            Ok(ProtocolTarget::Any) => {
-                rejections.push(ValueError::new(&deny_at, value, Reason::StarNotAlone).into());
-            }
+            // Only "*" parses as Any, and it was handled above.
+            Ok(ProtocolTarget::Any) => rules.default_deny = true,
             Err(e) => rejections.push(e.into()),
         }
     }
@@ -1451,7 +1448,6 @@ mod tests {
     #[case::empty_alpn(&["tls/"][..], &[][..], "allow", Reason::EmptyAlpn)]
     #[case::long_alpn(&["tls/aaaaaaaaaaaaaaaaa"][..], &[][..], "allow", Reason::AlpnTooLong { len: 17 })]
     #[case::star_in_allow(&["*"][..], &[][..], "allow", Reason::StarInAllow)]
-    #[case::star_not_alone(&[][..], &["*", "ssh"][..], "deny", Reason::StarNotAlone)]
     fn refused_values_are_typed_rejections(
         #[case] allow: &[&str],
         #[case] deny: &[&str],
@@ -1493,6 +1489,21 @@ mod tests {
             Some(Program::Enforce(Rules {
                 default_deny: true,
                 ..Rules::default()
+            }))
+        );
+    }
+
+    #[test]
+    fn an_explicit_deny_beside_the_star_is_programmed() {
+        let (program, rejections) =
+            compile_protocol(Mode::Enforce, Some(&lists(&["tls"], &["*", "ssh", "*"])));
+        assert!(rejections.is_empty(), "{rejections:?}");
+        assert_eq!(
+            program,
+            Some(Program::Enforce(Rules {
+                allow: [k("tls")].into(),
+                deny: [k("ssh")].into(),
+                default_deny: true,
             }))
         );
     }

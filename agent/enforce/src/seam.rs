@@ -139,35 +139,9 @@ impl<V: Ord + Clone> ProgramDiff<V> {
 }
 
 /// The kernel's decision for one operation, merged over every policy bound
-/// to the operation's cgroup.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Decision {
-    /// An explicit deny matched: refused.
-    Denied,
-    /// An explicit allow matched and no deny did: allowed.
-    Allowed,
-    /// Nothing matched and a bound policy is default deny: refused.
-    DefaultDenied,
-    /// Nothing matched and no bound policy is default deny: allowed.
-    Unmatched,
-}
-
-impl Decision {
-    /// Whether the operation was refused.
-    pub const fn refused(self) -> bool {
-        matches!(self, Decision::Denied | Decision::DefaultDenied)
-    }
-
-    /// The name used in findings and metrics.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Decision::Denied => "denied",
-            Decision::Allowed => "allowed",
-            Decision::DefaultDenied => "default_denied",
-            Decision::Unmatched => "unmatched",
-        }
-    }
-}
+/// to the operation's cgroup: the specification's rule, defined once in
+/// `kyverno_runtime_policy::rule`.
+pub use kyverno_runtime_policy::rule::Decision;
 
 /// Operations one cgroup did since the last drain, with one value and one
 /// decision.

@@ -143,3 +143,78 @@ fn a_released_sets_refusals_stay_with_its_cgroup_when_the_id_is_reused() {
     );
     assert!(m.delete_pod("pod-2").is_empty());
 }
+
+/// Issue 33: an address denied inside an allowed range under a default
+/// deny is dropped whether the three lists are one behavior, two behaviors
+/// of one policy (merged by the one rule) or two policies; the rest of the
+/// range connects, and what is outside it is default denied. IPv4 on
+/// 127.0.0.0/16; IPv6 on ::1 (the only loopback address) inside ::/64.
+#[test]
+fn an_explicit_deny_inside_an_allowed_range_wins_in_every_shape() {
+    use kyverno_runtime_policy::compile::{EvaluatedBehavior, EvaluationResult};
+    use kyverno_runtime_policy::rule::BehaviorLists;
+    use kyverno_runtime_policy::values::BehaviorKind;
+
+    let allow = ["127.0.0.0/16", "::/64"];
+    let deny = ["127.0.0.9", "::1"];
+    let behavior = |index, allow: &[&str], deny: &[&str], default_deny| EvaluatedBehavior {
+        index,
+        kind: BehaviorKind::Network,
+        allow: allow.iter().map(|s| s.to_string()).collect(),
+        deny: deny.iter().map(|s| s.to_string()).collect(),
+        default_deny,
+    };
+    let one_behavior = vec![policy("one", &allow, &["*", deny[0], deny[1]])];
+    let mut merged = policy("two-behaviors", &[], &[]);
+    merged.network = BehaviorLists::merge(
+        &EvaluationResult {
+            behaviors: vec![
+                behavior(0, &allow, &[], true),
+                behavior(1, &[], &deny, false),
+            ],
+        },
+        BehaviorKind::Network,
+    );
+    assert_eq!(
+        merged.network.as_ref().map(|l| l.deny.clone()),
+        Some(vec!["*".into(), deny[0].into(), deny[1].into()])
+    );
+    let two_policies = vec![policy("allow", &allow, &["*"]), policy("deny", &[], &deny)];
+    for (shape, policies) in [
+        ("one behavior", one_behavior),
+        ("two behaviors", vec![merged]),
+        ("two policies", two_policies),
+    ] {
+        let cg = TempCgroup::new("egress-host", "deny-in-range");
+        let mut m = EgressManager::new(EgressEnforcer::load().unwrap()).unwrap();
+        m.upsert_pod(pod("pod-1", &cg));
+        for p in &policies {
+            let out = m.upsert_policy(p.clone());
+            assert!(out.failures.is_empty(), "{shape}: {:?}", out.failures);
+            assert!(out.rejections.is_empty(), "{shape}: {:?}", out.rejections);
+        }
+        assert!(
+            !connects(&cg, "127.0.0.9"),
+            "{shape}: the /32 denied in the /16"
+        );
+        assert!(!connects(&cg, "::1"), "{shape}: the /128 denied in the /64");
+        assert!(connects(&cg, "127.0.0.8"), "{shape}: the rest of the /16");
+        assert!(
+            !connects(&cg, "127.1.0.1"),
+            "{shape}: outside: default deny"
+        );
+        for p in &policies {
+            m.delete_policy(&p.id);
+        }
+        assert!(m.delete_pod("pod-1").is_empty());
+    }
+    // Without the IPv6 deny, ::1 connects: the /64 allow lifts the default
+    // deny (so above, the deny is what dropped it).
+    let cg = TempCgroup::new("egress-host", "deny-in-range-v6");
+    let mut m = EgressManager::new(EgressEnforcer::load().unwrap()).unwrap();
+    m.upsert_pod(pod("pod-1", &cg));
+    m.upsert_policy(policy("one", &allow, &["*", deny[0]]));
+    assert!(connects(&cg, "::1"));
+    assert!(!connects(&cg, "127.0.0.9"));
+    assert!(m.delete_pod("pod-1").is_empty());
+}

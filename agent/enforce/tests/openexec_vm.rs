@@ -369,6 +369,10 @@ const CASES: &[(&str, Case)] = &[
     ("open_deny_selected_cgroup_only", open_deny_selected_only),
     ("default_deny_with_allow_list", default_deny_allow_list),
     ("two_policies_union", two_policies_union),
+    (
+        "a_deny_in_one_behavior_beats_another_behaviors_allow",
+        deny_beside_default_deny,
+    ),
     ("monitor_counts_without_blocking", monitor_counts),
     ("update_and_delete_take_effect", update_and_delete),
     ("unbinding_restores_access", unbinding_restores),
@@ -589,6 +593,63 @@ fn default_deny_allow_list(env: &Env) -> Result<(), String> {
         &bin("allowed"),
         Refused,
     );
+    x.finish()
+}
+
+/// Issue 33: two behaviors of one kind in one policy, the first allowing
+/// `a` and `b` under a default deny, the second denying `b`, merged by the
+/// one rule (`BehaviorLists::merge`): `b` is refused, not dropped from the
+/// deny list by the default deny; `a` runs; `c` is default denied. The same
+/// with the deny beside the `"*"` in one list, for open.
+fn deny_beside_default_deny(env: &Env) -> Result<(), String> {
+    use kyverno_runtime_policy::compile::{EvaluatedBehavior, EvaluationResult};
+    use kyverno_runtime_policy::values::BehaviorKind;
+    let mut m = env.manager(None);
+    let a = env.cgroup("a");
+    let b = env.cgroup("b");
+    let behavior = |index, allow: &[String], deny: &[String], default_deny| EvaluatedBehavior {
+        index,
+        kind: BehaviorKind::Exec,
+        allow: allow.to_vec(),
+        deny: deny.to_vec(),
+        default_deny,
+    };
+    let merged = BehaviorLists::merge(
+        &EvaluationResult {
+            behaviors: vec![
+                behavior(0, &[bin("a"), bin("b")], &[], true),
+                behavior(1, &[], &[bin("b")], false),
+            ],
+        },
+        BehaviorKind::Exec,
+    );
+    let mut p = policy("p-two-behaviors", "web", Mode::Enforce);
+    p.0.exec = merged;
+    p.apply(&mut m);
+    policy("p-one-list", "db", Mode::Enforce)
+        .open(&[&file("a"), &file("b")], &["*", &file("b")])
+        .apply(&mut m);
+    add_pod(&mut m, pod("pod-a", "web", &[&a]));
+    add_pod(&mut m, pod("pod-b", "db", &[&b]));
+    let mut x = Expect::new(env);
+    x.case("exec allowed", Some(&a), "exec", &bin("a"), Done);
+    x.case(
+        "exec allowed and denied",
+        Some(&a),
+        "exec",
+        &bin("b"),
+        Refused,
+    );
+    x.case("exec not listed", Some(&a), "exec", &bin("c"), Refused);
+    x.case("open allowed", Some(&b), "open", &file("a"), Done);
+    x.case(
+        "open allowed and denied",
+        Some(&b),
+        "open",
+        &file("b"),
+        Refused,
+    );
+    x.case("open not listed", Some(&b), "open", &file("c"), Refused);
     x.finish()
 }
 

@@ -1,9 +1,11 @@
 //! One policy's evaluated lists of one behavior, compiled for matching
-//! events with the semantics the kernel applies: an explicit deny wins,
-//! then an explicit allow, then the default deny (`deny: ["*"]`), else the
-//! operation is unmatched and allowed. The dns behavior is the exception:
-//! its allow list is the expected set ([`NameMatcher`], the advisory
-//! finding).
+//! events. Each matcher says which of the policy's lists match an event
+//! ([`Matches`]); what that decides is the specification's rule, defined
+//! once in [`kyverno_runtime_policy::rule`]: an explicit deny wins (also
+//! beside a default deny), then an explicit allow, then the default deny
+//! (`"*"` in deny), else the operation is unmatched and allowed. The dns
+//! behavior is the exception: its allow list is the expected set
+//! ([`NameMatcher`], the advisory finding).
 //!
 //! Values are parsed once, when a policy is (re)evaluated; a value the
 //! parser refuses matches nothing here, as it programs nothing in the
@@ -12,14 +14,14 @@
 use kyverno_runtime_enforce::dns::{NameMatcher, NameVerdict};
 use kyverno_runtime_enforce::openexec::BehaviorLists;
 use kyverno_runtime_policy::compile::EvaluationResult;
+use kyverno_runtime_policy::rule::{decide, Decision, Matches};
 use kyverno_runtime_policy::values::{
-    parse_network, parse_protocol, BehaviorKind, FieldPath, NetworkTarget, ProtocolTarget,
-    ProtocolToken,
+    parse_network, parse_protocol, BehaviorKind, NetworkTarget, ProtocolTarget, ProtocolToken,
 };
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-/// One policy's verdict on one observed target.
+/// One policy's verdict on one observed target, judged alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// An explicit allow matched, or nothing matched and no default deny.
@@ -35,45 +37,15 @@ impl Verdict {
     pub fn denies(self) -> bool {
         self != Verdict::Allowed
     }
-}
 
-/// The merged lists of every behavior of `kind` in an evaluation (a policy
-/// may repeat a kind): allows and denies unioned, default deny if any says
-/// so. `None` when the policy has no behavior of that kind.
-pub fn merged_lists(result: &EvaluationResult, kind: BehaviorKind) -> Option<BehaviorLists> {
-    let mut entries = result.behaviors.iter().filter(|b| b.kind == kind);
-    let first = entries.next()?;
-    let mut lists = BehaviorLists {
-        field: FieldPath::spec()
-            .field("behaviors")
-            .index(first.index)
-            .field(kind.as_str()),
-        allow: Vec::new(),
-        deny: Vec::new(),
-    };
-    let mut default_deny = false;
-    for b in std::iter::once(first).chain(entries) {
-        for v in &b.allow {
-            if !lists.allow.contains(v) {
-                lists.allow.push(v.clone());
-            }
+    /// The rule's verdict for one policy's matches, alone.
+    pub fn of(m: Matches) -> Self {
+        match decide([m]) {
+            Decision::Denied => Verdict::Denied,
+            Decision::DefaultDenied => Verdict::DefaultDenied,
+            Decision::Allowed | Decision::Unmatched => Verdict::Allowed,
         }
-        for v in &b.deny {
-            if !lists.deny.contains(v) {
-                lists.deny.push(v.clone());
-            }
-        }
-        default_deny |= b.default_deny;
     }
-    if default_deny {
-        // "*" stands alone in a deny list.
-        lists.deny = vec!["*".to_string()];
-    }
-    Some(lists)
-}
-
-fn is_default_deny(lists: &BehaviorLists) -> bool {
-    lists.deny.len() == 1 && lists.deny[0] == "*"
 }
 
 /// Open and exec: exact absolute paths, as the kernel's keys are.
@@ -87,37 +59,27 @@ pub struct PathMatcher {
 impl PathMatcher {
     /// Compiles a behavior's lists.
     pub fn compile(lists: &BehaviorLists) -> Self {
-        let default_deny = is_default_deny(lists);
         PathMatcher {
-            deny: if default_deny {
-                HashSet::new()
-            } else {
-                lists.deny.iter().cloned().collect()
-            },
+            deny: lists.explicit_denies().map(str::to_owned).collect(),
             allow: lists.allow.iter().cloned().collect(),
-            default_deny,
+            default_deny: lists.default_deny(),
         }
     }
 
-    /// The verdict on an open or exec of `path` (empty: unresolved, which
-    /// only a default deny refuses).
+    /// Which lists match an open or exec of `path` (empty: unresolved,
+    /// which matches no entry, so only a default deny refuses it).
+    pub fn matches(&self, path: &str) -> Matches {
+        let known = !path.is_empty();
+        Matches {
+            deny: known && self.deny.contains(path),
+            allow: known && self.allow.contains(path),
+            default_deny: self.default_deny,
+        }
+    }
+
+    /// The verdict on an open or exec of `path`, this policy alone.
     pub fn judge(&self, path: &str) -> Verdict {
-        if path.is_empty() {
-            return if self.default_deny {
-                Verdict::DefaultDenied
-            } else {
-                Verdict::Allowed
-            };
-        }
-        if self.deny.contains(path) {
-            Verdict::Denied
-        } else if self.allow.contains(path) {
-            Verdict::Allowed
-        } else if self.default_deny {
-            Verdict::DefaultDenied
-        } else {
-            Verdict::Allowed
-        }
+        Verdict::of(self.matches(path))
     }
 }
 
@@ -136,7 +98,7 @@ impl NetMatcher {
     /// Compiles a behavior's lists.
     pub fn compile(lists: &BehaviorLists) -> Self {
         let mut m = NetMatcher {
-            default_deny: is_default_deny(lists),
+            default_deny: lists.default_deny(),
             ..NetMatcher::default()
         };
         let field = &lists.field;
@@ -157,25 +119,23 @@ impl NetMatcher {
                 }
             }
         }
-        if m.default_deny {
-            m.deny.clear();
-            m.deny_names.clear();
-        }
         m
     }
 
-    /// The verdict on packets to `dest`, learned under `domain` if known.
-    pub fn judge(&self, dest: IpAddr, domain: Option<&str>) -> Verdict {
+    /// Which lists match packets to `dest`, learned under `domain` if
+    /// known.
+    pub fn matches(&self, dest: IpAddr, domain: Option<&str>) -> Matches {
         let named = |names: &HashSet<String>| domain.is_some_and(|d| names.contains(d));
-        if self.deny.iter().any(|t| t.contains_addr(dest)) || named(&self.deny_names) {
-            Verdict::Denied
-        } else if self.allow.iter().any(|t| t.contains_addr(dest)) || named(&self.allow_names) {
-            Verdict::Allowed
-        } else if self.default_deny {
-            Verdict::DefaultDenied
-        } else {
-            Verdict::Allowed
+        Matches {
+            deny: self.deny.iter().any(|t| t.contains_addr(dest)) || named(&self.deny_names),
+            allow: self.allow.iter().any(|t| t.contains_addr(dest)) || named(&self.allow_names),
+            default_deny: self.default_deny,
         }
+    }
+
+    /// The verdict on packets to `dest`, this policy alone.
+    pub fn judge(&self, dest: IpAddr, domain: Option<&str>) -> Verdict {
+        Verdict::of(self.matches(dest, domain))
     }
 }
 
@@ -200,7 +160,7 @@ impl ProtocolMatcher {
     /// Compiles a behavior's lists.
     pub fn compile(lists: &BehaviorLists) -> Self {
         let mut m = ProtocolMatcher {
-            default_deny: is_default_deny(lists),
+            default_deny: lists.default_deny(),
             ..ProtocolMatcher::default()
         };
         for (values, out) in [(&lists.deny, &mut m.deny), (&lists.allow, &mut m.allow)] {
@@ -213,18 +173,19 @@ impl ProtocolMatcher {
         m
     }
 
-    /// The verdict on a flow classified `protocol`.
-    pub fn judge(&self, protocol: &str, alpn: Option<&str>) -> Verdict {
+    /// Which lists match a flow classified `protocol` (with `alpn`).
+    pub fn matches(&self, protocol: &str, alpn: Option<&str>) -> Matches {
         let any = |ts: &[ProtocolToken]| ts.iter().any(|t| token_matches(t, protocol, alpn));
-        if !self.default_deny && any(&self.deny) {
-            Verdict::Denied
-        } else if any(&self.allow) {
-            Verdict::Allowed
-        } else if self.default_deny {
-            Verdict::DefaultDenied
-        } else {
-            Verdict::Allowed
+        Matches {
+            deny: any(&self.deny),
+            allow: any(&self.allow),
+            default_deny: self.default_deny,
         }
+    }
+
+    /// The verdict on a flow classified `protocol`, this policy alone.
+    pub fn judge(&self, protocol: &str, alpn: Option<&str>) -> Verdict {
+        Verdict::of(self.matches(protocol, alpn))
     }
 }
 
@@ -246,7 +207,7 @@ pub struct Behaviors {
 impl Behaviors {
     /// Compiles every behavior of an evaluation.
     pub fn compile(result: &EvaluationResult) -> Self {
-        let lists = |k| merged_lists(result, k);
+        let lists = |k| BehaviorLists::merge(result, k);
         Behaviors {
             open: lists(BehaviorKind::Open).map(|l| PathMatcher::compile(&l)),
             exec: lists(BehaviorKind::Exec).map(|l| PathMatcher::compile(&l)),
@@ -263,6 +224,7 @@ pub type DnsVerdict = NameVerdict;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kyverno_runtime_policy::values::FieldPath;
     use rstest::rstest;
 
     fn lists(allow: &[&str], deny: &[&str]) -> BehaviorLists {
@@ -282,6 +244,10 @@ mod tests {
     #[case(&[], &["/bin"], "/bin/sh", Verdict::Allowed)]
     #[case(&[], &["*"], "", Verdict::DefaultDenied)]
     #[case(&[], &["/bin/sh"], "", Verdict::Allowed)]
+    #[case(&["/bin/sh"], &["*", "/bin/sh"], "/bin/sh", Verdict::Denied)]
+    #[case(&["/bin/bash"], &["*", "/bin/sh"], "/bin/sh", Verdict::Denied)]
+    #[case(&["/bin/bash"], &["/bin/sh", "*"], "/bin/bash", Verdict::Allowed)]
+    #[case(&["/bin/bash"], &["*", "/bin/sh"], "/bin/ls", Verdict::DefaultDenied)]
     fn paths(
         #[case] allow: &[&str],
         #[case] deny: &[&str],
@@ -305,6 +271,12 @@ mod tests {
     #[case(&[], &["example.com"], "93.184.216.34", Some("example.com"), Verdict::Denied)]
     #[case(&["example.com"], &["*"], "93.184.216.34", Some("example.com"), Verdict::Allowed)]
     #[case(&[], &["not an address"], "10.0.0.1", None, Verdict::Allowed)]
+    #[case(&["10.50.0.0/16"], &["*", "10.50.0.9"], "10.50.0.9", None, Verdict::Denied)]
+    #[case(&["10.50.0.0/16"], &["*", "10.50.0.9"], "10.50.0.8", None, Verdict::Allowed)]
+    #[case(&["10.50.0.0/16"], &["*", "10.50.0.9"], "10.51.0.1", None, Verdict::DefaultDenied)]
+    #[case(&["fd00::/64"], &["*", "fd00::9"], "fd00::9", None, Verdict::Denied)]
+    #[case(&["fd00::/64"], &["*", "fd00::9"], "fd00::8", None, Verdict::Allowed)]
+    #[case(&["fd00::/64"], &["*", "example.com"], "fd00::8", Some("example.com"), Verdict::Denied)]
     fn addresses(
         #[case] allow: &[&str],
         #[case] deny: &[&str],
@@ -327,6 +299,10 @@ mod tests {
     #[case(&["tls"], &["*"], "tls", None, Verdict::Allowed)]
     #[case(&[], &["*"], "unclassified", None, Verdict::DefaultDenied)]
     #[case(&[], &["tls/h2"], "tls", None, Verdict::Allowed)]
+    #[case(&["tls"], &["*", "tls/h2"], "tls", Some("h2"), Verdict::Denied)]
+    #[case(&["tls"], &["*", "tls/h2"], "tls", Some("http/1.1"), Verdict::Allowed)]
+    #[case(&["tls"], &["*", "ssh"], "ssh", None, Verdict::Denied)]
+    #[case(&["tls"], &["*", "ssh"], "quic", None, Verdict::DefaultDenied)]
     fn protocols(
         #[case] allow: &[&str],
         #[case] deny: &[&str],
@@ -341,7 +317,7 @@ mod tests {
     }
 
     #[test]
-    fn repeated_behaviors_of_a_kind_union_and_a_default_deny_dominates() {
+    fn repeated_behaviors_of_a_kind_union_and_keep_explicit_denies() {
         use kyverno_runtime_policy::compile::EvaluatedBehavior;
         let b = |index, allow: &[&str], deny: &[&str], dd| EvaluatedBehavior {
             index,
@@ -351,12 +327,21 @@ mod tests {
             default_deny: dd,
         };
         let r = EvaluationResult {
-            behaviors: vec![b(0, &["/a"], &["/x"], false), b(3, &["/b"], &[], true)],
+            behaviors: vec![
+                b(0, &["/a"], &["/x"], false),
+                b(3, &["/b", "/x"], &[], true),
+            ],
         };
-        let l = merged_lists(&r, BehaviorKind::Exec).unwrap_or_else(|| lists(&[], &[]));
-        assert_eq!(l.allow, ["/a", "/b"]);
-        assert_eq!(l.deny, ["*"]);
+        let l = BehaviorLists::merge(&r, BehaviorKind::Exec).unwrap_or_else(|| lists(&[], &[]));
+        assert_eq!(l.allow, ["/a", "/b", "/x"]);
+        assert_eq!(l.deny, ["*", "/x"]);
         assert_eq!(l.field.as_str(), "spec.behaviors[0].exec");
-        assert!(merged_lists(&r, BehaviorKind::Open).is_none());
+        assert!(BehaviorLists::merge(&r, BehaviorKind::Open).is_none());
+        // The explicit deny of the first behavior wins over the second's
+        // allow of the same path, under the second's default deny.
+        let m = PathMatcher::compile(&l);
+        assert_eq!(m.judge("/x"), Verdict::Denied);
+        assert_eq!(m.judge("/a"), Verdict::Allowed);
+        assert_eq!(m.judge("/c"), Verdict::DefaultDenied);
     }
 }

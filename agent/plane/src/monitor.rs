@@ -12,9 +12,13 @@
 //! - a **monitor** policy whose lists would deny it makes a counterfactual
 //!   finding (`enforced: false`), if its monitorFilter lets it through;
 //! - an **enforce** policy makes a finding only when the kernel refused the
-//!   operation and its own lists deny it (`enforced: true`): the kernel
-//!   merges every policy into one decision, and this is what names the
-//!   policy behind it;
+//!   operation and the refusal is its own (`enforced: true`): the kernel
+//!   merges every selecting policy into one decision by the one rule
+//!   ([`kyverno_runtime_policy::rule`]), and the refusal is blamed on the
+//!   policies whose explicit deny matched, or, when none did and no policy
+//!   allowed it, on the default denies ([`rule::blamed`]); a default deny
+//!   that another policy's allow lifted is not named for a refusal an
+//!   explicit deny made;
 //! - a **dns** question is judged by the name matcher and graded as an
 //!   advisory finding (never "would have been denied");
 //! - while a policy is reprogrammed, the kernel may refuse by its old
@@ -36,6 +40,7 @@ use kyverno_runtime_api::runtimepolicy::RuntimePolicyMode;
 use kyverno_runtime_enforce::dns::NameVerdict;
 use kyverno_runtime_metrics::{DropReason, Metrics};
 use kyverno_runtime_policy::compile::{CompiledFilter, EvaluationResult};
+use kyverno_runtime_policy::rule::{self, Matches};
 use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_report::{self as report, Finding, PodIdentity, Process};
 use std::collections::{BTreeMap, HashMap};
@@ -122,19 +127,24 @@ impl MonitorPolicy {
         }
     }
 
-    /// The verdict of a non-dns behavior on `facts`.
+    /// The verdict of a non-dns behavior on `facts`, this policy alone.
     fn judge(&self, facts: &Facts) -> Option<Verdict> {
+        self.matches(facts).map(Verdict::of)
+    }
+
+    /// Which of a non-dns behavior's lists match `facts`.
+    fn matches(&self, facts: &Facts) -> Option<Matches> {
         let b = &self.behaviors;
         match facts {
-            Facts::Open { path } => b.open.as_ref().map(|m| m.judge(path)),
-            Facts::Exec { filename, .. } => b.exec.as_ref().map(|m| m.judge(filename)),
+            Facts::Open { path } => b.open.as_ref().map(|m| m.matches(path)),
+            Facts::Exec { filename, .. } => b.exec.as_ref().map(|m| m.matches(filename)),
             Facts::Net { dest, domain, .. } => {
-                b.net.as_ref().map(|m| m.judge(*dest, domain.as_deref()))
+                b.net.as_ref().map(|m| m.matches(*dest, domain.as_deref()))
             }
             Facts::Protocol { protocol, alpn } => b
                 .protocol
                 .as_ref()
-                .map(|m| m.judge(protocol, alpn.as_deref())),
+                .map(|m| m.matches(protocol, alpn.as_deref())),
             Facts::Dns { .. } => None,
         }
     }
@@ -432,6 +442,22 @@ pub fn behavior(kind: Kind) -> report::Behavior {
     }
 }
 
+/// The enforce policies a kernel refusal is attributed to: those the rule
+/// blames ([`rule::blamed`]). When the rule over the lists the monitor
+/// holds refuses nothing (the kernel may still hold lists being replaced),
+/// each policy whose own lists refuse it, so that a refusal is not left
+/// unexplained for a lag.
+fn blame<'a>(enforcing: &[(&'a MonitorPolicy, Matches)]) -> Vec<(&'a MonitorPolicy, Matches)> {
+    let matches: Vec<Matches> = enforcing.iter().map(|(_, m)| *m).collect();
+    let mut blamed = rule::blamed(&matches);
+    if blamed.is_empty() {
+        blamed = (0..matches.len())
+            .filter(|&i| Verdict::of(matches[i]).denies())
+            .collect();
+    }
+    blamed.into_iter().map(|i| enforcing[i]).collect()
+}
+
 fn decision_of(v: Verdict) -> Option<report::Decision> {
     match v {
         Verdict::Denied => Some(report::Decision::Denied),
@@ -456,7 +482,11 @@ impl Sink for Monitor {
         let mut explained = false;
         // Built at most once per event, and only for a filter.
         let mut filter_event = None;
-        for policy in self.selecting(&table, pod).iter() {
+        // The enforce policies with a behavior of the kind, and what their
+        // lists say: a kernel refusal is theirs to share by the rule.
+        let mut enforcing: Vec<(&MonitorPolicy, Matches)> = Vec::new();
+        let selecting = self.selecting(&table, pod);
+        for policy in selecting.iter() {
             // While a policy is being reprogrammed, a refusal only its
             // previous form explains is judged by that form.
             let policy = match policy.previous_form() {
@@ -483,19 +513,17 @@ impl Sink for Monitor {
                 }
                 continue;
             }
-            let Some(verdict) = policy.judge(&event.facts) else {
+            let Some(matches) = policy.matches(&event.facts) else {
                 continue;
             };
-            if !verdict.denies() {
-                continue;
-            }
+            let verdict = Verdict::of(matches);
             match policy.mode {
                 RuntimePolicyMode::Enforce => {
                     if kernel_denied {
-                        explained = true;
-                        self.emit(policy, event, pod, true, decision_of(verdict));
+                        enforcing.push((policy, matches));
                     }
                 }
+                RuntimePolicyMode::Monitor if !verdict.denies() => {}
                 RuntimePolicyMode::Monitor => {
                     if !policy.filters.is_empty() {
                         let value = filter_event.get_or_insert_with(|| event_value(event, pod));
@@ -510,6 +538,10 @@ impl Sink for Monitor {
                     self.emit(policy, event, pod, false, decision_of(verdict));
                 }
             }
+        }
+        for (policy, matches) in blame(&enforcing) {
+            explained = true;
+            self.emit(policy, event, pod, true, decision_of(Verdict::of(matches)));
         }
         if kernel_denied {
             // A log line is a way out of the daemon too: the target passes

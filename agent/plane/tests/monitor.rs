@@ -692,3 +692,118 @@ fn no_secret_of_the_redaction_table_reaches_a_log_line() {
     }
     println!("{lines} log lines for {} rows, no secret", CASES.len());
 }
+
+/// The policies each finding names, with its decision, sorted.
+fn named(findings: &[Finding]) -> Vec<(String, bool, Option<Decision>)> {
+    let mut out: Vec<_> = findings
+        .iter()
+        .map(|f| (f.policy.clone(), f.enforced, f.decision))
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Issue 33, point 5: A denies `["*"]`, B allows curl, C denies curl. The
+/// kernel refuses curl because of C (A's default deny was lifted by B), so
+/// the finding names C only; an exec nobody allows is A's.
+#[test]
+fn a_refusal_names_only_the_policies_that_refused_it() {
+    let (m, findings, metrics) = monitor();
+    let exec_rule = |allow: &[&str], deny: &[&str]| {
+        serde_json::json!({"mode": "enforce", "podSelector": {},
+            "behaviors": [{"exec": {"allow": {"values": allow}, "deny": {"values": deny}}}]})
+    };
+    m.set_policy(policy("a-default-deny", exec_rule(&[], &["*"])));
+    m.set_policy(policy("b-allow-curl", exec_rule(&["/usr/bin/curl"], &[])));
+    m.set_policy(policy("c-deny-curl", exec_rule(&[], &["/usr/bin/curl"])));
+    let web = pod(&[]);
+    m.handle(&refused_exec("/usr/bin/curl", &web));
+    assert_eq!(
+        named(&findings.take()),
+        [("c-deny-curl".to_string(), true, Some(Decision::Denied))]
+    );
+    m.handle(&refused_exec("/usr/bin/nc", &web));
+    assert_eq!(
+        named(&findings.take()),
+        [(
+            "a-default-deny".to_string(),
+            true,
+            Some(Decision::DefaultDenied)
+        )]
+    );
+    // Two explicit denies of one target: both refused it.
+    m.set_policy(policy("d-deny-curl", exec_rule(&[], &["/usr/bin/curl"])));
+    m.handle(&refused_exec("/usr/bin/curl", &web));
+    assert_eq!(
+        named(&findings.take()),
+        [
+            ("c-deny-curl".to_string(), true, Some(Decision::Denied)),
+            ("d-deny-curl".to_string(), true, Some(Decision::Denied)),
+        ]
+    );
+    assert_eq!(unattributed(&metrics), "");
+}
+
+/// Issue 33, points 1 and 3: an explicit deny in one behavior beside a
+/// default deny in another behavior of the same kind and policy is kept by
+/// the monitor (it used to be dropped by the merge): the deny of an address
+/// inside an allowed /16 is a finding, for monitor and enforce alike.
+#[test]
+fn an_explicit_deny_beside_a_default_deny_is_judged_in_every_shape() {
+    let net = |dest: &str, web: &Arc<PodRef>| {
+        event(
+            Facts::Net {
+                dest: dest.parse().unwrap(),
+                port: Some(443),
+                domain: None,
+            },
+            web,
+        )
+    };
+    let shapes = [
+        (
+            "two-behaviors",
+            serde_json::json!([
+                {"network": {"allow": {"values": ["10.50.0.0/16", "fd00:50::/64"]}, "deny": {"values": ["*"]}}},
+                {"network": {"deny": {"values": ["10.50.0.9", "fd00:50::9"]}}}
+            ]),
+        ),
+        (
+            "one-behavior",
+            serde_json::json!([
+                {"network": {"allow": {"values": ["10.50.0.0/16", "fd00:50::/64"]},
+                             "deny": {"values": ["*", "10.50.0.9", "fd00:50::9"]}}}
+            ]),
+        ),
+    ];
+    for (name, behaviors) in shapes {
+        for mode in ["monitor", "enforce"] {
+            let (m, findings, _) = monitor();
+            m.set_policy(policy(
+                name,
+                serde_json::json!({"mode": mode, "podSelector": {}, "behaviors": behaviors}),
+            ));
+            let web = pod(&[]);
+            for (dest, want) in [
+                ("10.50.0.9", Some(Decision::Denied)),
+                ("10.50.0.8", None),
+                ("10.51.0.1", Some(Decision::DefaultDenied)),
+                ("fd00:50::9", Some(Decision::Denied)),
+                ("fd00:50::8", None),
+                ("fd00:51::1", Some(Decision::DefaultDenied)),
+            ] {
+                let mut e = net(dest, &web);
+                if mode == "enforce" && want.is_some() {
+                    e.kernel = Some(KernelVerdict::Denied);
+                }
+                m.handle(&e);
+                let got = findings.take();
+                assert_eq!(
+                    got.iter().map(|f| f.decision).collect::<Vec<_>>(),
+                    want.into_iter().map(Some).collect::<Vec<_>>(),
+                    "{name} {mode} {dest}"
+                );
+            }
+        }
+    }
+}

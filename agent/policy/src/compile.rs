@@ -198,9 +198,10 @@ pub struct EvaluatedBehavior {
     pub kind: BehaviorKind,
     /// Allowed values: literals then expression results, duplicates removed.
     pub allow: Vec<String>,
-    /// Denied values, without the `"*"` sentinel.
+    /// Explicitly denied values, without the `"*"` sentinel.
     pub deny: Vec<String>,
-    /// `deny` was exactly `["*"]`: deny everything not allowed (on dns:
+    /// `deny` held `"*"`: deny everything not allowed, except what the
+    /// explicit denies refuse anyway (on dns, where `"*"` stands alone:
     /// report every name).
     pub default_deny: bool,
 }
@@ -830,7 +831,7 @@ impl CompiledPolicy {
             let sides = [(&allow, RuleSide::Allow), (&deny, RuleSide::Deny)];
             let stars: Vec<ValueError> = sides
                 .iter()
-                .flat_map(|(list, side)| misplaced_stars(list, &values(*side), *side))
+                .flat_map(|(list, side)| misplaced_stars(b.kind, list, &values(*side), *side))
                 .collect();
             if !stars.is_empty() {
                 // Every misplaced "*", then every other value that would be
@@ -849,12 +850,16 @@ impl CompiledPolicy {
                 }
                 continue;
             }
-            let default_deny = deny.len() == 1 && deny[0] == STAR;
+            // "*" makes the behavior default deny; the explicit denies
+            // beside it are kept (they win over any allow).
+            let default_deny = deny.iter().any(|v| v == STAR);
+            let mut deny = deny;
+            deny.retain(|v| v != STAR);
             behaviors.push(EvaluatedBehavior {
                 index: b.index,
                 kind: b.kind,
                 allow,
-                deny: if default_deny { Vec::new() } else { deny },
+                deny,
                 default_deny,
             });
         }

@@ -29,12 +29,17 @@
 //! a RuntimePolicy: the generated CRD's schema and validation rules,
 //! interpreted generically, and the chart's admission policy.
 //!
+//! [`rule`] is the specification's decision rule (explicit deny > explicit
+//! allow > default deny > allowed, unioned over policies) and the merge of
+//! one policy's behaviors of a kind, used by every layer that decides.
+//!
 //! [`selector`] compiles a policy's `podSelector` and `namespaceSelector`
 //! into the [`selector::PodTarget`] that decides which pods it applies to.
 
 pub mod admission;
 pub mod cel;
 pub mod compile;
+pub mod rule;
 pub mod selector;
 pub mod sources;
 pub mod values;

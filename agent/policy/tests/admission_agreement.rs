@@ -83,10 +83,10 @@ fn classify(name: &str, expect: &str, messages: &[String]) -> Expectation {
                 .map(|(v, _)| v.to_string())
         });
     for m in messages {
-        if m.starts_with("\"*\" in deny must be the only value") {
+        if m.starts_with("\"*\" in a dns deny list must be the only value") {
             return Expectation::Star(Reason::StarNotAlone, quoted);
         }
-        if m.starts_with("\"*\" is only meaningful alone in deny") {
+        if m.starts_with("\"*\" is only meaningful in deny") {
             return Expectation::Star(Reason::StarInAllow, quoted);
         }
     }
@@ -193,7 +193,7 @@ fn check_values(m: &Manifest, refused: impl Fn(&str, &str) -> bool) -> Vec<Value
 fn star_errors(m: &Manifest) -> Vec<ValueError> {
     m.lists
         .iter()
-        .filter_map(|l| check_star(&l.values, &l.path, l.side).err())
+        .filter_map(|l| check_star(l.kind, &l.values, &l.path, l.side).err())
         .collect()
 }
 
@@ -280,11 +280,15 @@ fn the_classification_reads_the_messages_as_intended() {
     );
     assert_eq!(
         by_name("39-star-with-other-deny-values.yaml"),
+        Expectation::Accept
+    );
+    assert_eq!(
+        by_name("79-dns-star-with-other-deny-values.yaml"),
         Expectation::Star(Reason::StarNotAlone, None)
     );
     assert_eq!(
         by_name("78-star-and-bad-values.yaml"),
-        Expectation::Star(Reason::StarNotAlone, Some("curl".into()))
+        Expectation::Star(Reason::StarInAllow, Some("curl".into()))
     );
     assert_eq!(
         by_name("40-star-in-allow.yaml"),

@@ -30,6 +30,7 @@ use kyverno_runtime_enforce::openexec::{compile_paths, Mode};
 use kyverno_runtime_policy::admission::Admission;
 use kyverno_runtime_policy::cel::eval::{shared_policy_context, RUNTIME_COST_BUDGET};
 use kyverno_runtime_policy::compile::CompiledPolicy;
+use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::sources::{DataFile, DataSet};
 use kyverno_runtime_policy::values::{
     parse_dns, parse_protocol, printable, BehaviorKind, ValueError,
@@ -313,7 +314,7 @@ fn compile_and_evaluate(spec: &RuntimePolicySpec, data: &DataSet) -> (String, Ou
     let kernel_mode = convert::kernel_mode(Some(mode)).unwrap_or(Mode::Monitor);
     let mut ok = !refused;
     for kind in BehaviorKind::ALL {
-        let Some(lists) = convert::lists(&result, kind) else {
+        let Some(lists) = BehaviorLists::merge(&result, kind) else {
             continue;
         };
         let mut services = Vec::new();
@@ -385,7 +386,7 @@ fn compile_and_evaluate(spec: &RuntimePolicySpec, data: &DataSet) -> (String, Ou
 }
 
 fn parse_each(
-    lists: &kyverno_runtime_enforce::openexec::BehaviorLists,
+    lists: &BehaviorLists,
     parse: impl Fn(&str, &kyverno_runtime_policy::values::FieldPath) -> Result<(), ValueError>,
 ) -> Vec<String> {
     let mut out = Vec::new();

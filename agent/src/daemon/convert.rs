@@ -5,8 +5,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use kyverno_runtime_api::runtimepolicy::{PolicyBehavior, RuntimePolicyMode};
 use kyverno_runtime_enforce::openexec::{BehaviorLists, Mode};
-use kyverno_runtime_policy::compile::{EvaluatedBehavior, EvaluationResult};
-use kyverno_runtime_policy::values::{warn_values, BehaviorKind, FieldPath, ValueWarning};
+use kyverno_runtime_policy::values::{warn_values, BehaviorKind, ValueWarning};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -19,56 +18,13 @@ pub fn kernel_mode(mode: Option<RuntimePolicyMode>) -> Option<Mode> {
     }
 }
 
-/// One behavior kind's lists, merged across every entry of that kind (a
-/// policy may spell one kind in several entries; the union is what it
-/// asks for). Rejections name the first entry's field.
-pub fn lists(result: &EvaluationResult, kind: BehaviorKind) -> Option<BehaviorLists> {
-    let mut entries = result.behaviors.iter().filter(|b| b.kind == kind);
-    let first = entries.next()?;
-    let mut merged = one(first);
-    for b in entries {
-        let next = one(b);
-        extend_unique(&mut merged.allow, next.allow);
-        if merged.deny == ["*"] || next.deny == ["*"] {
-            // The default deny dominates: "*" stands alone in a deny list.
-            merged.deny = vec!["*".to_string()];
-        } else {
-            extend_unique(&mut merged.deny, next.deny);
-        }
-    }
-    Some(merged)
-}
-
-/// The warnings of one kind's lists ([`lists`]): values accepted as
+/// The warnings of one kind's lists ([`BehaviorLists::merge`]): values accepted as
 /// written that cannot match, or were normalized, each named at its list's
 /// field as a rejection is.
 pub fn warnings(kind: BehaviorKind, lists: &BehaviorLists) -> Vec<ValueWarning> {
     let mut out = warn_values(kind, &lists.allow, &lists.field.field("allow"));
     out.extend(warn_values(kind, &lists.deny, &lists.field.field("deny")));
     out
-}
-
-fn one(b: &EvaluatedBehavior) -> BehaviorLists {
-    BehaviorLists {
-        field: FieldPath::spec()
-            .field("behaviors")
-            .index(b.index)
-            .field(b.kind.as_str()),
-        allow: b.allow.clone(),
-        deny: if b.default_deny {
-            vec!["*".to_string()]
-        } else {
-            b.deny.clone()
-        },
-    }
-}
-
-fn extend_unique(into: &mut Vec<String>, from: Vec<String>) {
-    for v in from {
-        if !into.contains(&v) {
-            into.push(v);
-        }
-    }
 }
 
 /// The behavior kinds of a spec that say something: a rule with literal
@@ -282,39 +238,5 @@ mod tests {
     fn bad_durations(#[case] text: &str, #[case] message: &str) {
         let err = parse_duration(text).err().unwrap_or_default();
         assert!(err.contains(message), "{text:?}: {err}");
-    }
-
-    fn behavior(
-        index: usize,
-        kind: BehaviorKind,
-        allow: &[&str],
-        deny: &[&str],
-        star: bool,
-    ) -> EvaluatedBehavior {
-        EvaluatedBehavior {
-            index,
-            kind,
-            allow: allow.iter().map(|s| s.to_string()).collect(),
-            deny: deny.iter().map(|s| s.to_string()).collect(),
-            default_deny: star,
-        }
-    }
-
-    #[test]
-    fn entries_of_one_kind_are_unioned_and_star_dominates() {
-        let result = EvaluationResult {
-            behaviors: vec![
-                behavior(0, BehaviorKind::Exec, &["/bin/a"], &["/bin/x"], false),
-                behavior(1, BehaviorKind::Open, &[], &["/etc/shadow"], false),
-                behavior(2, BehaviorKind::Exec, &["/bin/b", "/bin/a"], &[], true),
-            ],
-        };
-        let exec = lists(&result, BehaviorKind::Exec).unwrap_or_else(|| panic!("no exec"));
-        assert_eq!(exec.field.as_str(), "spec.behaviors[0].exec");
-        assert_eq!(exec.allow, ["/bin/a", "/bin/b"]);
-        assert_eq!(exec.deny, ["*"]);
-        let open = lists(&result, BehaviorKind::Open).unwrap_or_else(|| panic!("no open"));
-        assert_eq!(open.deny, ["/etc/shadow"]);
-        assert!(lists(&result, BehaviorKind::Network).is_none());
     }
 }

@@ -37,6 +37,7 @@ use kyverno_runtime_enforce::PolicyId;
 use kyverno_runtime_metrics::{DropReason, Metrics};
 use kyverno_runtime_plane::SourceState;
 use kyverno_runtime_policy::compile::{CompiledPolicy, EvaluationResult};
+use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_policy::sources::DataSet;
 use kyverno_runtime_policy::values::BehaviorKind;
@@ -246,7 +247,7 @@ impl Warnings {
     fn of(result: &EvaluationResult) -> Self {
         let mut w = Warnings::default();
         for kind in BehaviorKind::ALL {
-            let Some(lists) = convert::lists(result, kind) else {
+            let Some(lists) = BehaviorLists::merge(result, kind) else {
                 continue;
             };
             let into = match kind {
@@ -582,8 +583,8 @@ impl Engine {
                 name: name.to_string(),
                 mode,
                 target: target.clone(),
-                open: convert::lists(&result, BehaviorKind::Open),
-                exec: convert::lists(&result, BehaviorKind::Exec),
+                open: BehaviorLists::merge(&result, BehaviorKind::Open),
+                exec: BehaviorLists::merge(&result, BehaviorKind::Exec),
             });
             for r in &outcome.rejections {
                 // The path names the side (`...open.deny`), which is how the
@@ -602,7 +603,7 @@ impl Engine {
                 name: name.to_string(),
                 mode,
                 target: target.clone(),
-                network: convert::lists(&result, BehaviorKind::Network),
+                network: BehaviorLists::merge(&result, BehaviorKind::Network),
             });
             rejections
                 .network
@@ -615,7 +616,7 @@ impl Engine {
                 name: name.to_string(),
                 mode,
                 target: target.clone(),
-                protocol: convert::lists(&result, BehaviorKind::Protocol),
+                protocol: BehaviorLists::merge(&result, BehaviorKind::Protocol),
             });
             rejections
                 .network
@@ -628,7 +629,7 @@ impl Engine {
                 name: name.to_string(),
                 mode,
                 target,
-                dns: convert::lists(&result, BehaviorKind::Dns),
+                dns: BehaviorLists::merge(&result, BehaviorKind::Dns),
             });
             rejections
                 .network
@@ -657,7 +658,7 @@ impl Engine {
         into: &mut Rejections,
     ) {
         use kyverno_runtime_enforce::{dns, egress, openexec, protocol};
-        let lists = |kind| convert::lists(result, kind);
+        let lists = |kind| BehaviorLists::merge(result, kind);
         if self.openexec.get_ref().is_none() {
             let (_, open) = openexec::compile_paths(mode, lists(BehaviorKind::Open).as_ref());
             into.open.extend(open.iter().map(ToString::to_string));

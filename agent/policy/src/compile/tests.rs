@@ -63,19 +63,33 @@ behaviors:
 }
 
 #[test]
-fn a_star_beside_other_values_from_an_expression_is_refused_with_its_path() {
-    let errs = evaluate(
+fn a_star_from_an_expression_beside_literal_denies_keeps_them() {
+    let r = evaluate(
         r#"
 behaviors:
   - exec:
       deny: {values: ["/bin/sh"], expression: "['*']"}
 "#,
     )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert!(r.behaviors[0].default_deny);
+    assert_eq!(r.behaviors[0].deny, ["/bin/sh"]);
+}
+
+#[test]
+fn a_star_from_an_expression_in_allow_is_refused_with_its_path() {
+    let errs = evaluate(
+        r#"
+behaviors:
+  - exec:
+      allow: {values: ["/bin/sh"], expression: "['*']"}
+"#,
+    )
     .unwrap_err();
     assert!(
         errs[0]
             .to_string()
-            .contains("spec.behaviors[0].exec.deny.values[1]"),
+            .contains("spec.behaviors[0].exec.allow.values[1]"),
         "{errs:?}"
     );
 }
@@ -89,7 +103,7 @@ fn a_star_error_does_not_hide_the_other_bad_values() {
         r#"
 behaviors:
   - exec:
-      allow: {values: ["/usr/bin/ok", "bin/rel"]}
+      allow: {values: ["/usr/bin/ok", "bin/rel"], expression: "['*']"}
       deny: {values: ["curl", "/etc/"], expression: "['*', '/bin/sh', '*x']"}
   - network:
       deny: {values: ["10.0.0.1"]}
@@ -98,7 +112,7 @@ behaviors:
     .unwrap_err();
     let got: Vec<String> = errs.iter().map(ToString::to_string).collect();
     let want = [
-        "spec.behaviors[0].exec.deny.values[2]: \"*\" in deny must be the only value",
+        "spec.behaviors[0].exec.allow.values[2]: \"*\" is only meaningful in deny",
         "spec.behaviors[0].exec.allow.values[1]: \"bin/rel\" is not an absolute path",
         "spec.behaviors[0].exec.deny.values[0]: \"curl\" is not an absolute path",
         "spec.behaviors[0].exec.deny.values[1]: \"/etc/\" ends with /",
@@ -108,6 +122,44 @@ behaviors:
     for (g, w) in got.iter().zip(want) {
         assert!(g.starts_with(w), "{g} does not start with {w}");
     }
+}
+
+/// `"*"` beside explicit denies (literal or from an expression) makes the
+/// behavior default deny and keeps every explicit deny; a second `"*"` is
+/// folded. Only dns keeps `"*"` alone.
+#[test]
+fn a_star_beside_explicit_denies_keeps_them() {
+    let result = evaluate(
+        r#"
+behaviors:
+  - network:
+      allow: {values: ["10.50.0.0/16"]}
+      deny: {values: ["*", "10.50.0.9"], expression: "['*', 'fd00::9']"}
+  - exec:
+      deny: {values: ["/usr/bin/curl", "*"]}
+"#,
+    )
+    .unwrap();
+    let net = &result.behaviors[0];
+    assert!(net.default_deny);
+    assert_eq!(net.deny, ["10.50.0.9", "fd00::9"]);
+    assert_eq!(net.allow, ["10.50.0.0/16"]);
+    let exec = &result.behaviors[1];
+    assert!(exec.default_deny);
+    assert_eq!(exec.deny, ["/usr/bin/curl"]);
+    let errs = evaluate(
+        r#"
+behaviors:
+  - dns:
+      deny: {values: ["*", "evil.example"]}
+"#,
+    )
+    .unwrap_err();
+    let got: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        ["spec.behaviors[0].dns.deny.values[0]: \"*\" in a dns deny list must be the only value: alone it reports every name"]
+    );
 }
 
 #[test]

@@ -60,11 +60,12 @@ pub enum Reason {
         /// The limit.
         max: usize,
     },
-    /// `"*"` in a deny list with other values.
-    #[error("in deny must be the only value: it already denies everything not allowed")]
+    /// `"*"` in a `dns` deny list with other values (dns only: elsewhere
+    /// it stands beside explicit denies).
+    #[error("in a dns deny list must be the only value: alone it reports every name")]
     StarNotAlone,
     /// `"*"` in an allow list.
-    #[error("is only meaningful alone in deny, where it makes the behavior default-deny; it is refused in allow")]
+    #[error("is only meaningful in deny, where it makes the behavior default-deny; it is refused in allow")]
     StarInAllow,
 
     // ---- hostnames (network domains and Service names, dns values) ----
@@ -269,11 +270,12 @@ mod tests {
             "spec.behaviors[0].network.deny.values[0]: \"10.0.0.300\" is only digits and dots, \
              so it must be an IPv4 address: four decimal numbers 0 to 255 without leading zeros"
         );
+        let path = FieldPath::values(0, BehaviorKind::Dns, RuleSide::Deny).index(0);
         let star = ValueError::new(&path, "*", Reason::StarNotAlone);
         assert_eq!(
             star.to_string(),
-            "spec.behaviors[0].network.deny.values[0]: \"*\" in deny must be the only value: \
-             it already denies everything not allowed"
+            "spec.behaviors[0].dns.deny.values[0]: \"*\" in a dns deny list must be the only \
+             value: alone it reports every name"
         );
     }
 

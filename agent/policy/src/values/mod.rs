@@ -34,22 +34,27 @@ pub use path::{parse_path, AbsPath, PathTarget, PATH_KEY_LEN};
 pub use protocol::{parse_protocol, ProtocolTarget, ProtocolToken};
 pub use warning::{warn_value, warn_values, Note, ValueWarning};
 
-/// The value that, alone in a deny list, makes a behavior default-deny.
+/// The value that, in a deny list, makes a behavior default deny (in `dns`,
+/// alone, the discovery form).
 pub const STAR: &str = "*";
 
-/// Checks where `"*"` stands in one allow or deny list, as the CRD's
-/// behavior rules do: it is refused in allow ([`Reason::StarInAllow`]) and
-/// must be the only value of a deny list ([`Reason::StarNotAlone`]).
+/// Checks where `"*"` stands in one allow or deny list of a `kind`, as the
+/// CRD's behavior rules do: it is refused in allow ([`Reason::StarInAllow`]);
+/// in deny it makes the behavior default deny and may stand beside explicit
+/// denies (which still win over any allow, [`crate::rule`]), except in `dns`,
+/// where `deny: ["*"]` alone is the discovery form and `"*"` must be the only
+/// value ([`Reason::StarNotAlone`]).
 ///
 /// `path` is the list's path (`spec.behaviors[0].exec.deny.values`); the
 /// error names the first offending `"*"` element (`...values[1]`);
 /// [`misplaced_stars`] names every one.
 pub fn check_star<S: AsRef<str>>(
+    kind: BehaviorKind,
     values: &[S],
     path: &FieldPath,
     side: RuleSide,
 ) -> Result<(), ValueError> {
-    match misplaced_stars(values, path, side).into_iter().next() {
+    match misplaced_stars(kind, values, path, side).into_iter().next() {
         Some(e) => Err(e),
         None => Ok(()),
     }
@@ -58,13 +63,14 @@ pub fn check_star<S: AsRef<str>>(
 /// Every `"*"` of one list that stands where it may not (see
 /// [`check_star`]), in order.
 pub fn misplaced_stars<S: AsRef<str>>(
+    kind: BehaviorKind,
     values: &[S],
     path: &FieldPath,
     side: RuleSide,
 ) -> Vec<ValueError> {
     let reason = match side {
         RuleSide::Allow => Reason::StarInAllow,
-        RuleSide::Deny if values.len() == 1 => return Vec::new(),
+        RuleSide::Deny if kind != BehaviorKind::Dns || values.len() == 1 => return Vec::new(),
         RuleSide::Deny => Reason::StarNotAlone,
     };
     values
@@ -96,11 +102,13 @@ pub fn check_value(kind: BehaviorKind, value: &str, path: &FieldPath) -> Result<
 /// use kyverno_runtime_policy::values::{parse_values, parse_network, BehaviorKind, FieldPath, RuleSide};
 ///
 /// let path = FieldPath::values(0, BehaviorKind::Network, RuleSide::Deny);
-/// let errors = parse_values(&["10.0.0.0/8", "10.0.0.300"], &path, RuleSide::Deny, parse_network)
+/// let values = ["10.0.0.0/8", "10.0.0.300"];
+/// let errors = parse_values(BehaviorKind::Network, &values, &path, RuleSide::Deny, parse_network)
 ///     .unwrap_err();
 /// assert_eq!(errors[0].path, "spec.behaviors[0].network.deny.values[1]");
 /// ```
 pub fn parse_values<T, S, F>(
+    kind: BehaviorKind,
     values: &[S],
     path: &FieldPath,
     side: RuleSide,
@@ -110,7 +118,7 @@ where
     S: AsRef<str>,
     F: Fn(&str, &FieldPath) -> Result<T, ValueError>,
 {
-    let mut errors = misplaced_stars(values, path, side);
+    let mut errors = misplaced_stars(kind, values, path, side);
     let mut targets = Vec::with_capacity(values.len());
     for (i, value) in values.iter().enumerate() {
         match parse(value.as_ref(), &path.index(i)) {
@@ -155,24 +163,39 @@ mod tests {
         FieldPath::values(3, BehaviorKind::Exec, RuleSide::Deny)
     }
 
+    fn allow() -> FieldPath {
+        FieldPath::values(3, BehaviorKind::Exec, RuleSide::Allow)
+    }
+
     #[rstest]
-    #[case::no_star(&["/bin/sh", "/bin/bash"][..], RuleSide::Deny, None)]
-    #[case::alone_in_deny(&["*"][..], RuleSide::Deny, None)]
-    #[case::empty(&[][..], RuleSide::Allow, None)]
-    #[case::with_others_in_deny(&["/bin/sh", "*"][..], RuleSide::Deny, Some((1, Reason::StarNotAlone)))]
-    #[case::twice_in_deny(&["*", "*"][..], RuleSide::Deny, Some((0, Reason::StarNotAlone)))]
-    #[case::alone_in_allow(&["*"][..], RuleSide::Allow, Some((0, Reason::StarInAllow)))]
-    #[case::among_allow(&["/a", "*"][..], RuleSide::Allow, Some((1, Reason::StarInAllow)))]
-    #[case::star_inside_a_value_is_not_star(&["/a", "*.sh"][..], RuleSide::Deny, None)]
+    #[case::no_star(BehaviorKind::Exec, &["/bin/sh", "/bin/bash"][..], RuleSide::Deny, None)]
+    #[case::alone_in_deny(BehaviorKind::Exec, &["*"][..], RuleSide::Deny, None)]
+    #[case::empty(BehaviorKind::Exec, &[][..], RuleSide::Allow, None)]
+    #[case::beside_others_in_deny(BehaviorKind::Exec, &["/bin/sh", "*"][..], RuleSide::Deny, None)]
+    #[case::twice_in_deny(BehaviorKind::Exec, &["*", "*"][..], RuleSide::Deny, None)]
+    #[case::beside_others_in_network_deny(BehaviorKind::Network, &["*", "10.0.0.9"][..], RuleSide::Deny, None)]
+    #[case::beside_others_in_protocol_deny(BehaviorKind::Protocol, &["ssh", "*"][..], RuleSide::Deny, None)]
+    #[case::beside_others_in_open_deny(BehaviorKind::Open, &["*", "/etc/shadow"][..], RuleSide::Deny, None)]
+    #[case::dns_alone_in_deny(BehaviorKind::Dns, &["*"][..], RuleSide::Deny, None)]
+    #[case::dns_with_others_in_deny(BehaviorKind::Dns, &["evil.example", "*"][..], RuleSide::Deny, Some((1, Reason::StarNotAlone)))]
+    #[case::dns_twice_in_deny(BehaviorKind::Dns, &["*", "*"][..], RuleSide::Deny, Some((0, Reason::StarNotAlone)))]
+    #[case::alone_in_allow(BehaviorKind::Exec, &["*"][..], RuleSide::Allow, Some((0, Reason::StarInAllow)))]
+    #[case::among_allow(BehaviorKind::Exec, &["/a", "*"][..], RuleSide::Allow, Some((1, Reason::StarInAllow)))]
+    #[case::star_inside_a_value_is_not_star(BehaviorKind::Exec, &["/a", "*.sh"][..], RuleSide::Deny, None)]
     fn star_placement(
+        #[case] kind: BehaviorKind,
         #[case] values: &[&str],
         #[case] side: RuleSide,
         #[case] expected: Option<(usize, Reason)>,
     ) {
-        let path = FieldPath::values(3, BehaviorKind::Exec, side);
-        let got = check_star(values, &path, side).err();
+        let path = FieldPath::values(3, kind, side);
+        let got = check_star(kind, values, &path, side).err();
         let expected = expected.map(|(i, reason)| ValueError {
-            path: format!("spec.behaviors[3].exec.{}.values[{i}]", side.as_str()),
+            path: format!(
+                "spec.behaviors[3].{}.{}.values[{i}]",
+                kind.as_str(),
+                side.as_str()
+            ),
             value: "*".into(),
             reason,
         });
@@ -189,16 +212,38 @@ mod tests {
 
     #[test]
     fn every_misplaced_star_is_named() {
-        let path = FieldPath::values(3, BehaviorKind::Exec, RuleSide::Deny);
-        let got: Vec<_> = misplaced_stars(&["*", "/bin/sh", "*"], &path, RuleSide::Deny)
-            .into_iter()
-            .map(|e| e.path)
-            .collect();
+        let path = FieldPath::values(3, BehaviorKind::Dns, RuleSide::Deny);
+        let got: Vec<_> = misplaced_stars(
+            BehaviorKind::Dns,
+            &["*", "evil.example", "*"],
+            &path,
+            RuleSide::Deny,
+        )
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
         assert_eq!(
             got,
             [
-                "spec.behaviors[3].exec.deny.values[0]",
-                "spec.behaviors[3].exec.deny.values[2]"
+                "spec.behaviors[3].dns.deny.values[0]",
+                "spec.behaviors[3].dns.deny.values[2]"
+            ]
+        );
+        let path = FieldPath::values(3, BehaviorKind::Exec, RuleSide::Allow);
+        let got: Vec<_> = misplaced_stars(
+            BehaviorKind::Exec,
+            &["*", "/bin/sh", "*"],
+            &path,
+            RuleSide::Allow,
+        )
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+        assert_eq!(
+            got,
+            [
+                "spec.behaviors[3].exec.allow.values[0]",
+                "spec.behaviors[3].exec.allow.values[2]"
             ]
         );
     }
@@ -206,9 +251,10 @@ mod tests {
     #[test]
     fn parse_values_reports_every_failure_in_order() {
         let errors = parse_values(
+            BehaviorKind::Exec,
             &["*", "curl", "/bin/sh", "/etc/", "*"],
-            &deny(),
-            RuleSide::Deny,
+            &allow(),
+            RuleSide::Allow,
             parse_path,
         )
         .unwrap_err();
@@ -220,16 +266,19 @@ mod tests {
             got,
             [
                 (
-                    "spec.behaviors[3].exec.deny.values[0]",
-                    Reason::StarNotAlone
+                    "spec.behaviors[3].exec.allow.values[0]",
+                    Reason::StarInAllow
                 ),
                 (
-                    "spec.behaviors[3].exec.deny.values[4]",
-                    Reason::StarNotAlone
+                    "spec.behaviors[3].exec.allow.values[4]",
+                    Reason::StarInAllow
                 ),
-                ("spec.behaviors[3].exec.deny.values[1]", Reason::NotAbsolute),
                 (
-                    "spec.behaviors[3].exec.deny.values[3]",
+                    "spec.behaviors[3].exec.allow.values[1]",
+                    Reason::NotAbsolute
+                ),
+                (
+                    "spec.behaviors[3].exec.allow.values[3]",
                     Reason::TrailingSlash
                 ),
             ]
@@ -238,10 +287,24 @@ mod tests {
 
     #[test]
     fn parse_values_returns_targets_in_order() {
-        let got = parse_values(&["*"], &deny(), RuleSide::Deny, parse_path).unwrap();
-        assert_eq!(got, [PathTarget::Any]);
-        let got =
-            parse_values(&["ssh", "tls/h2"], &deny(), RuleSide::Deny, parse_protocol).unwrap();
+        let got = parse_values(
+            BehaviorKind::Exec,
+            &["*", "/bin/sh"],
+            &deny(),
+            RuleSide::Deny,
+            parse_path,
+        )
+        .unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], PathTarget::Any);
+        let got = parse_values(
+            BehaviorKind::Protocol,
+            &["ssh", "tls/h2"],
+            &deny(),
+            RuleSide::Deny,
+            parse_protocol,
+        )
+        .unwrap();
         assert_eq!(got.len(), 2);
     }
 }
