@@ -368,6 +368,17 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
         cluster,
         "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: dns-allow\nspec:\n  mode: enforce\n  podSelector: {matchLabels: {app: dns-web}}\n  behaviors:\n  - network:\n      allow: {values: [\"allowed.test\", \"127.0.4.53\"]}\n      deny: {values: [\"*\"]}\n",
     );
+    // Two monitor policies beside it (issue 33, point 4): one allowing the
+    // domain under a default deny must be silent for the address the pod's
+    // answer gave, one denying the domain must report that address.
+    apply(
+        cluster,
+        "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: dns-watch-allow\nspec:\n  mode: monitor\n  podSelector: {matchLabels: {app: dns-web}}\n  behaviors:\n  - network:\n      allow: {values: [\"allowed.test\", \"127.0.4.53\"]}\n      deny: {values: [\"*\"]}\n",
+    );
+    apply(
+        cluster,
+        "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: dns-watch-deny\nspec:\n  mode: monitor\n  podSelector: {matchLabels: {app: dns-web}}\n  behaviors:\n  - network:\n      deny: {values: [\"Allowed.Test.\"]}\n",
+    );
     force_delete_pod(cluster, DNS_NS, "dns-web");
     let id = "6a".repeat(32);
     let uid = running_pod(
@@ -402,7 +413,8 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
             "1s",
             "--drain-interval",
             "1s",
-            "--reports-enabled=false",
+            "--report-interval",
+            "1s",
             "--pin-dir",
             pins.to_str().unwrap(),
         ],
@@ -427,6 +439,47 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
         !resolves_and_connects(container, resolver_addr, "other.test", other),
         "an address answered for another name stays dropped"
     );
+    // The monitor judged each address by the name the answer taught: the
+    // domain's address is the deny's finding and not the allow's; the
+    // other address (no policy names other.test) is the allow's default
+    // deny. The other connect came last, so once its finding is in the
+    // Report every earlier observation has been judged.
+    let results = wait_for("the monitor findings", Duration::from_secs(30), || {
+        let r = get_json(
+            cluster,
+            &["report", "kyverno-runtime-dns-web", "-n", DNS_NS],
+        )?;
+        let results = r["results"].as_array()?.clone();
+        let has = |policy: &str, target: &str| {
+            results
+                .iter()
+                .any(|x| x["policy"] == policy && x["properties"]["target"] == target)
+        };
+        (has("dns-watch-allow", &other.to_string()) && has("dns-watch-deny", &allowed.to_string()))
+            .then_some(results)
+    });
+    let by = |policy: &str| -> Vec<String> {
+        results
+            .iter()
+            .filter(|x| x["policy"] == policy)
+            .map(|x| {
+                x["properties"]["target"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    println!(
+        "monitor findings: dns-watch-allow {:?}, dns-watch-deny {:?}",
+        by("dns-watch-allow"),
+        by("dns-watch-deny")
+    );
+    assert!(
+        !by("dns-watch-allow").contains(&allowed.to_string()),
+        "allowed.test's own address is allowed by its name"
+    );
+    assert_eq!(by("dns-watch-deny"), [allowed.to_string()]);
     let text = wait_for(
         "the snooper's counters in /metrics",
         Duration::from_secs(20),
@@ -471,6 +524,8 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (status, _, log) = daemon.terminate(Duration::from_secs(15));
     assert!(status.success(), "{}", log.join("\n"));
-    let _ = cluster.kubectl_output(&["delete", "rpol", "dns-allow"]);
+    for p in ["dns-allow", "dns-watch-allow", "dns-watch-deny"] {
+        let _ = cluster.kubectl_output(&["delete", "rpol", p]);
+    }
     force_delete_pod(cluster, DNS_NS, "dns-web");
 }

@@ -105,7 +105,7 @@
 //!   cgroups bound to an observe policy. Counts are packets, not
 //!   connections.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -404,6 +404,13 @@ pub trait DomainSupport {
 
     /// The unexpired addresses DNS answers for `domain` taught any set.
     fn learned_addresses(&self, domain: &Domain) -> Result<BTreeSet<IpAddr>>;
+
+    /// Every unexpired address a bound cgroup's set learned, with the
+    /// domain it was learned under (the first name of the answer a policy
+    /// of the set names): what the kernel's filter holds for the cgroup
+    /// beside its literal entries, for the monitor to judge domain values
+    /// by. One read of the learned map.
+    fn learned_names(&self) -> Result<BTreeMap<(CgroupId, IpAddr), String>>;
 }
 
 /// The reference model takes domains as values and learns nothing.
@@ -414,6 +421,10 @@ impl<V: Ord> DomainSupport for FakeEnforcer<V> {
 
     fn learned_addresses(&self, _: &Domain) -> Result<BTreeSet<IpAddr>> {
         Ok(BTreeSet::new())
+    }
+
+    fn learned_names(&self) -> Result<BTreeMap<(CgroupId, IpAddr), String>> {
+        Ok(BTreeMap::new())
     }
 }
 
@@ -1724,6 +1735,35 @@ impl<K: EgressKernel> DomainSupport for EgressEnforcer<K> {
             .map(|l| l.addr)
             .collect())
     }
+
+    fn learned_names(&self) -> Result<BTreeMap<(CgroupId, IpAddr), String>> {
+        let mut out = BTreeMap::new();
+        if self.name_ids.ids.is_empty() {
+            // No set names a domain: nothing is learned, nothing to read.
+            return Ok(out);
+        }
+        let names: HashMap<u32, &Domain> =
+            self.name_ids.ids.iter().map(|(d, id)| (*id, d)).collect();
+        let learned = self
+            .kernel
+            .learned()
+            .map_err(|e| kernel_error("reading learned addresses".to_owned(), &e))?;
+        let mut by_set: HashMap<u32, Vec<(IpAddr, &Domain)>> = HashMap::new();
+        for l in &learned {
+            if l.remaining.is_none() {
+                continue;
+            }
+            if let Some(d) = names.get(&l.name_id) {
+                by_set.entry(l.set_id).or_default().push((l.addr, d));
+            }
+        }
+        for (cgroup, set) in &self.sets {
+            for (addr, d) in by_set.get(&set.set_id).into_iter().flatten() {
+                out.insert((*cgroup, *addr), d.as_str().to_owned());
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl<K: EgressKernel> CgroupPaths for EgressEnforcer<K> {
@@ -1973,6 +2013,27 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
 }
 
 // ---- the manager ----------------------------------------------------------------------
+
+/// The network values naming destinations, taken at one moment
+/// ([`EgressManager::destination_names`]).
+#[derive(Clone, Debug, Default)]
+pub struct DestinationNames {
+    services: HashMap<IpAddr, Vec<String>>,
+    learned: BTreeMap<(CgroupId, IpAddr), String>,
+}
+
+impl DestinationNames {
+    /// The names `dest` is known under for `cgroup`: each Service holding
+    /// it (`<name>.<namespace>.svc`), then the domain the cgroup's set
+    /// learned it under.
+    pub fn of(&self, cgroup: CgroupId, dest: IpAddr) -> Vec<String> {
+        let mut out = self.services.get(&dest).cloned().unwrap_or_default();
+        if let Some(d) = self.learned.get(&(cgroup, dest)) {
+            out.push(d.clone());
+        }
+        out
+    }
+}
 
 /// A RuntimePolicy as this manager needs it: evaluated, with its target
 /// compiled.
@@ -2416,6 +2477,32 @@ where
     /// makes the mirror wrong).
     pub fn backend_mut(&mut self) -> &mut B {
         &mut self.backend
+    }
+
+    /// The network values naming each destination as the kernel holds
+    /// them now, for the monitor to judge Service and domain values by the
+    /// addresses the kernel uses ([`DestinationNames::of`]): the Services
+    /// any policy names, by their ClusterIPs and endpoints as the API last
+    /// reported them, and the domains the cgroups' sets learned from DNS
+    /// answers, unexpired. A failed read of the learned addresses leaves
+    /// the domains out (logged), never the Services.
+    pub fn destination_names(&self) -> DestinationNames {
+        let mut services: HashMap<IpAddr, Vec<String>> = HashMap::new();
+        let named: BTreeSet<&ServiceName> = self
+            .policies
+            .values()
+            .flat_map(|d| d.compiled.services.iter())
+            .collect();
+        for service in named {
+            for addr in self.services.get(service).into_iter().flatten() {
+                services.entry(*addr).or_default().push(service.to_string());
+            }
+        }
+        let learned = self.backend.learned_names().unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "network: learned addresses unavailable to the monitor");
+            BTreeMap::new()
+        });
+        DestinationNames { services, learned }
     }
 
     /// The pod owning a cgroup, for attributing an observation.
@@ -3973,6 +4060,16 @@ mod tests {
         let (one, two) = (name_id(&b, "one.test"), name_id(&b, "two.test"));
         b.kernel_mut().learn(set, ip("192.0.2.1"), one);
         b.kernel_mut().learn(set, ip("192.0.2.2"), two);
+        // What the monitor judges domain values by: each address under the
+        // name its cgroup's set learned it for.
+        assert_eq!(
+            b.learned_names().unwrap(),
+            [
+                ((1, ip("192.0.2.1")), "one.test".to_string()),
+                ((1, ip("192.0.2.2")), "two.test".to_string()),
+            ]
+            .into()
+        );
         b.kernel_mut().log.clear();
         // two.test moves from allow to deny: denied first, then its allow
         // side and what it taught go.
@@ -4119,6 +4216,12 @@ mod tests {
             m.known_addresses("api.prod.svc.cluster.local"),
             [ip("10.96.0.5"), ip("10.244.1.7")].into()
         );
+        // The monitor's view: a named Service's addresses carry its name;
+        // a Service no policy names is not looked at.
+        let names = m.destination_names();
+        assert_eq!(names.of(1, ip("10.244.1.7")), ["api.prod.svc"]);
+        assert_eq!(names.of(2, ip("10.96.0.5")), ["api.prod.svc"]);
+        assert!(names.of(1, ip("10.96.0.9")).is_empty());
         // An endpoint replaced: one update, by diff.
         m.backend_mut().clear_ops();
         m.set_service_addresses(

@@ -184,7 +184,7 @@ fn events(n: usize, seed: u64) -> Vec<Event> {
                         7,
                     )),
                     port: None,
-                    domain: None,
+                    names: Vec::new(),
                 },
                 3 => Facts::Protocol {
                     protocol: if hit { "ssh" } else { "tls" },

@@ -66,8 +66,12 @@ pub enum Facts {
         dest: IpAddr,
         /// The destination port, when the source knows it.
         port: Option<u16>,
-        /// A name the destination was learned under, when known.
-        domain: Option<String>,
+        /// The network values naming the destination for the pod when it
+        /// was observed, as policies write them: Services
+        /// (`<name>.<namespace>.svc`) whose ClusterIPs or endpoints hold
+        /// it, and the domain the pod's own DNS answers taught it under
+        /// (unexpired). Empty when none is known.
+        names: Vec<String>,
     },
     /// A DNS question.
     Dns {

@@ -80,12 +80,13 @@ pub fn event_value(event: &Event, pod: &PodRef) -> Value {
                 ),
             ]),
         ),
-        Facts::Net { dest, port, domain } => {
+        Facts::Net { dest, port, names } => {
             let mut net = vec![("destIP", s(&dest.to_string()))];
             if let Some(p) = port {
                 net.push(("destPort", Value::Int(i64::from(*p))));
             }
-            if let Some(d) = domain {
+            // The filter API has one name: the first known.
+            if let Some(d) = names.first() {
                 net.push(("domain", s(d)));
             }
             ("net", map(net))

@@ -83,8 +83,10 @@ impl PathMatcher {
     }
 }
 
-/// Network: addresses and CIDRs of any length; Service and domain names
-/// match an event that carries the name it was learned under.
+/// Network: addresses and CIDRs of any length; Service and domain values
+/// match an event whose destination is known under that name for the pod
+/// (a Service's ClusterIPs and endpoints, a domain's addresses from the
+/// pod's own DNS answers: the addresses the kernel holds for the value).
 #[derive(Clone, Debug, Default)]
 pub struct NetMatcher {
     deny: Vec<NetworkTarget>,
@@ -110,7 +112,9 @@ impl NetMatcher {
                 match parse_network(v, field) {
                     Ok(t @ (NetworkTarget::Ip(_) | NetworkTarget::Cidr(_))) => addrs.push(t),
                     Ok(NetworkTarget::Domain(d)) => {
-                        names.insert(d);
+                        // As the kernel's names are: lowercase, no
+                        // trailing dot.
+                        names.insert(d.trim_end_matches('.').to_ascii_lowercase());
                     }
                     Ok(t @ NetworkTarget::Service { .. }) => {
                         names.insert(t.to_string());
@@ -122,10 +126,10 @@ impl NetMatcher {
         m
     }
 
-    /// Which lists match packets to `dest`, learned under `domain` if
-    /// known.
-    pub fn matches(&self, dest: IpAddr, domain: Option<&str>) -> Matches {
-        let named = |names: &HashSet<String>| domain.is_some_and(|d| names.contains(d));
+    /// Which lists match packets to `dest`, known under `names` (Service
+    /// and domain values, see [`crate::event::Facts::Net`]).
+    pub fn matches(&self, dest: IpAddr, names: &[String]) -> Matches {
+        let named = |list: &HashSet<String>| names.iter().any(|n| list.contains(n));
         Matches {
             deny: self.deny.iter().any(|t| t.contains_addr(dest)) || named(&self.deny_names),
             allow: self.allow.iter().any(|t| t.contains_addr(dest)) || named(&self.allow_names),
@@ -134,8 +138,8 @@ impl NetMatcher {
     }
 
     /// The verdict on packets to `dest`, this policy alone.
-    pub fn judge(&self, dest: IpAddr, domain: Option<&str>) -> Verdict {
-        Verdict::of(self.matches(dest, domain))
+    pub fn judge(&self, dest: IpAddr, names: &[String]) -> Verdict {
+        Verdict::of(self.matches(dest, names))
     }
 }
 
@@ -277,6 +281,10 @@ mod tests {
     #[case(&["fd00::/64"], &["*", "fd00::9"], "fd00::9", None, Verdict::Denied)]
     #[case(&["fd00::/64"], &["*", "fd00::9"], "fd00::8", None, Verdict::Allowed)]
     #[case(&["fd00::/64"], &["*", "example.com"], "fd00::8", Some("example.com"), Verdict::Denied)]
+    #[case(&["api.prod.svc"], &["*"], "10.96.0.10", Some("api.prod.svc"), Verdict::Allowed)]
+    #[case(&["api.prod.svc.cluster.local"], &["*"], "10.96.0.10", Some("api.prod.svc"), Verdict::Allowed)]
+    #[case(&["api.prod.svc"], &["*"], "10.96.0.10", None, Verdict::DefaultDenied)]
+    #[case(&[], &["GitHub.COM."], "140.82.112.3", Some("github.com"), Verdict::Denied)]
     fn addresses(
         #[case] allow: &[&str],
         #[case] deny: &[&str],
@@ -286,7 +294,8 @@ mod tests {
     ) {
         let ip: IpAddr = target.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
         assert_eq!(
-            NetMatcher::compile(&lists(allow, deny)).judge(ip, domain),
+            NetMatcher::compile(&lists(allow, deny))
+                .judge(ip, &Vec::from_iter(domain.map(String::from))),
             want
         );
     }

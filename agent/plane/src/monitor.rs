@@ -138,9 +138,7 @@ impl MonitorPolicy {
         match facts {
             Facts::Open { path } => b.open.as_ref().map(|m| m.matches(path)),
             Facts::Exec { filename, .. } => b.exec.as_ref().map(|m| m.matches(filename)),
-            Facts::Net { dest, domain, .. } => {
-                b.net.as_ref().map(|m| m.matches(*dest, domain.as_deref()))
-            }
+            Facts::Net { dest, names, .. } => b.net.as_ref().map(|m| m.matches(*dest, names)),
             Facts::Protocol { protocol, alpn } => b
                 .protocol
                 .as_ref()

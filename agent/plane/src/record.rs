@@ -136,8 +136,13 @@ pub enum RecordedFacts {
         /// The destination port, when known.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         port: Option<u16>,
-        /// A name the destination was learned under, when known.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// The network values naming the destination (Services, the
+        /// domain it was learned under), when known.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        names: Vec<String>,
+        /// One name, as recordings before `names` wrote it; read into
+        /// `names`, never written.
+        #[serde(default, skip_serializing)]
         domain: Option<String>,
     },
     /// [`Facts::Dns`].
@@ -281,10 +286,11 @@ impl From<&Event> for RecordedEvent {
                 filename: filename.clone(),
                 argv: argv.clone(),
             },
-            Facts::Net { dest, port, domain } => RecordedFacts::Net {
+            Facts::Net { dest, port, names } => RecordedFacts::Net {
                 dest: *dest,
                 port: *port,
-                domain: domain.clone(),
+                names: names.clone(),
+                domain: None,
             },
             Facts::Dns { qname } => RecordedFacts::Dns {
                 qname: qname.clone(),
@@ -329,7 +335,19 @@ impl TryFrom<RecordedEvent> for Event {
         let facts = match r.facts {
             RecordedFacts::Open { path } => Facts::Open { path },
             RecordedFacts::Exec { filename, argv } => Facts::Exec { filename, argv },
-            RecordedFacts::Net { dest, port, domain } => Facts::Net { dest, port, domain },
+            RecordedFacts::Net {
+                dest,
+                port,
+                mut names,
+                domain,
+            } => {
+                if let Some(d) = domain {
+                    if !names.contains(&d) {
+                        names.insert(0, d);
+                    }
+                }
+                Facts::Net { dest, port, names }
+            }
             RecordedFacts::Dns { qname } => Facts::Dns { qname },
             RecordedFacts::Protocol { protocol, alpn } => Facts::Protocol {
                 protocol: intern_protocol(&protocol)?,
@@ -429,7 +447,7 @@ mod tests {
             Facts::Net {
                 dest: "fd00::1".parse().unwrap(),
                 port: Some(443),
-                domain: Some("api.example.com".into()),
+                names: vec!["api.example.com".into(), "api.prod.svc".into()],
             },
             Facts::Dns {
                 qname: "www.example.com".into(),
@@ -482,6 +500,26 @@ mod tests {
         assert_eq!(e.kernel, Some(KernelVerdict::Allowed));
         assert_eq!(e.facts.target(), "/usr/bin/curl");
         assert_eq!(e.process.unwrap().pid, 4242);
+    }
+
+    /// A recording from before `names` (one `domain`) still reads, into
+    /// `names`; what is written is `names`.
+    #[test]
+    fn a_recorded_domain_reads_as_a_name() {
+        let e = parse_line(
+            r#"{"facts":{"kind":"net","dest":"10.0.0.1","domain":"api.example.com","names":["api.prod.svc"]}}"#,
+        )
+        .unwrap();
+        let Facts::Net { names, .. } = &e.facts else {
+            panic!("not net: {:?}", e.facts)
+        };
+        assert_eq!(names, &["api.example.com", "api.prod.svc"]);
+        let line = to_line(&e);
+        assert!(
+            line.contains(r#""names":["api.example.com","api.prod.svc"]"#),
+            "{line}"
+        );
+        assert!(!line.contains(r#""domain""#), "{line}");
     }
 
     #[test]

@@ -210,7 +210,7 @@ fn namespace_selectors_follow_the_namespace_labels() {
             Facts::Net {
                 dest: "10.1.2.3".parse().unwrap(),
                 port: None,
-                domain: None,
+                names: Vec::new(),
             },
             &web,
         )
@@ -755,7 +755,7 @@ fn an_explicit_deny_beside_a_default_deny_is_judged_in_every_shape() {
             Facts::Net {
                 dest: dest.parse().unwrap(),
                 port: Some(443),
-                domain: None,
+                names: Vec::new(),
             },
             web,
         )
@@ -806,4 +806,61 @@ fn an_explicit_deny_beside_a_default_deny_is_judged_in_every_shape() {
             }
         }
     }
+}
+
+/// Issue 33, point 4: the monitor judges Service and domain values by the
+/// names the destination is known under (the engine fills them from the
+/// Services' addresses and the pod's learned DNS answers): a monitor policy
+/// allowing `api.prod.svc` under `deny: ["*"]` is silent for the Service's
+/// own addresses, and a monitor deny of a domain reports its address.
+#[test]
+fn service_and_domain_values_are_judged_by_the_names_of_the_destination() {
+    let (m, findings, _) = monitor();
+    m.set_policy(policy(
+        "allow-api",
+        serde_json::json!({"mode": "monitor", "podSelector": {},
+            "behaviors": [{"network": {"allow": {"values": ["api.prod.svc.cluster.local"]},
+                                       "deny": {"values": ["*"]}}}]}),
+    ));
+    m.set_policy(policy(
+        "deny-domain",
+        serde_json::json!({"mode": "monitor", "podSelector": {},
+            "behaviors": [{"network": {"deny": {"values": ["Evil.Example."]}}}]}),
+    ));
+    let web = pod(&[]);
+    let net = |dest: &str, names: &[&str]| {
+        event(
+            Facts::Net {
+                dest: dest.parse().unwrap(),
+                port: Some(443),
+                names: names.iter().map(|s| s.to_string()).collect(),
+            },
+            &web,
+        )
+    };
+    m.handle(&net("10.96.0.10", &["api.prod.svc"]));
+    assert!(findings.take().is_empty(), "the Service's own address");
+    m.handle(&net("203.0.113.7", &["evil.example"]));
+    assert_eq!(
+        named(&findings.take()),
+        [
+            (
+                "allow-api".to_string(),
+                false,
+                Some(Decision::DefaultDenied)
+            ),
+            ("deny-domain".to_string(), false, Some(Decision::Denied)),
+        ]
+    );
+    // The same address unnamed (a Service's endpoint no longer, an
+    // expired answer): judged by its address alone.
+    m.handle(&net("10.96.0.10", &[]));
+    assert_eq!(
+        named(&findings.take()),
+        [(
+            "allow-api".to_string(),
+            false,
+            Some(Decision::DefaultDenied)
+        )]
+    );
 }

@@ -450,12 +450,19 @@ impl Engine {
             }
             match drained {
                 Ok(observations) => {
+                    // The names the monitor judges Service and domain
+                    // values by, read once per drain and only when needed.
+                    let names = (!observations.is_empty()).then(|| m.destination_names());
                     for obs in observations {
+                        let names = names
+                            .as_ref()
+                            .map(|n| n.of(obs.cgroup, obs.observed))
+                            .unwrap_or_default();
                         polled.events.push(event(
                             Facts::Net {
                                 dest: obs.observed,
                                 port: None,
-                                domain: None,
+                                names,
                             },
                             obs.cgroup,
                             obs.count,
