@@ -146,6 +146,38 @@ struct {
  */
 const volatile bool krt_proto_use_current_cgroup = false;
 
+/*
+ * Tests only (issue 36): a test sets this before load to have the program
+ * itself make, once, the update the daemon makes concurrently (raise the
+ * cgroup's default deny, then bump the generation) between its read of
+ * the generation and its read of the gate: the window a real update can
+ * land in. False in every other load, so the verifier drops the call as
+ * dead code.
+ */
+const volatile bool krt_proto_test_update_between_reads = false;
+/* The hook above has run (it runs once per load). */
+__u32 krt_proto_test_update_done = 0;
+
+static __always_inline void test_update_between_reads(__u64 cgroup_id)
+{
+	struct krt_proto_gate *g, raised;
+	__u32 zero = 0;
+	__u64 *gen;
+
+	if (krt_proto_test_update_done)
+		return;
+	krt_proto_test_update_done = 1;
+	g = bpf_map_lookup_elem(&proto_cgroups, &cgroup_id);
+	if (!g)
+		return;
+	raised = *g;
+	raised.flags |= KRT_PROTO_F_DEFAULT_DENY;
+	bpf_map_update_elem(&proto_cgroups, &cgroup_id, &raised, BPF_ANY);
+	gen = bpf_map_lookup_elem(&proto_generation, &zero);
+	if (gen)
+		__sync_fetch_and_add(gen, 1);
+}
+
 /* Never used: put the enums into the object's BTF, so the skeleton
  * generates their constants for Rust. */
 enum krt_proto_id krt_proto_id_btf_anchor;
@@ -668,10 +700,25 @@ int krt_protocol(struct __sk_buff *skb)
 	__u64 cgroup_id, generation = 0, *gen;
 	__u32 zero = 0, proto, decision;
 
-	/* The gate comes first: an ungated pod pays this lookup only. */
+	/*
+	 * The generation before the gate, as the egress filter reads its
+	 * generations before any lookup: the daemon rewrites a gate (or a
+	 * rule) and then bumps the generation, so a gate read after the
+	 * generation is never older than it, and a verdict cached with it is
+	 * recomputed at the flow's next packet when an update landed in
+	 * between. Read the other way round, an update landing between the
+	 * reads cached the old gate's verdict under the new generation for
+	 * the flow's lifetime. An ungated pod pays this array read and the
+	 * gate lookup.
+	 */
+	gen = bpf_map_lookup_elem(&proto_generation, &zero);
+	if (gen)
+		generation = *gen;
 	cgroup_id = bpf_skb_cgroup_id(skb);
 	if (cgroup_id == 0 && krt_proto_use_current_cgroup)
 		cgroup_id = bpf_get_current_cgroup_id();
+	if (krt_proto_test_update_between_reads)
+		test_update_between_reads(cgroup_id);
 	gate_ptr = bpf_map_lookup_elem(&proto_cgroups, &cgroup_id);
 	if (!gate_ptr)
 		return SKB_PASS;
@@ -682,9 +729,6 @@ int krt_protocol(struct __sk_buff *skb)
 	if (!st)
 		return SKB_PASS; /* cannot happen: a one-slot array */
 	st->packets++;
-	gen = bpf_map_lookup_elem(&proto_generation, &zero);
-	if (gen)
-		generation = *gen;
 
 	__builtin_memset(&key, 0, sizeof(key));
 	key.cgroup_id = cgroup_id;

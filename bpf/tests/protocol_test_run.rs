@@ -210,8 +210,17 @@ impl Fixture {
     /// A classifier gating this process's cgroup with set [`SET`], `flags`
     /// and the given rules (`"ssh"`, `"tls/h2"`, ...).
     fn new(flags: ProtoFlags, rules: &[(Verdict, &str)]) -> Self {
+        Self::loaded(ProtocolClassifier::load, flags, rules)
+    }
+
+    /// [`new`](Self::new) with the classifier `load` gives.
+    fn loaded(
+        load: fn() -> Result<ProtocolClassifier, ProtocolError>,
+        flags: ProtoFlags,
+        rules: &[(Verdict, &str)],
+    ) -> Self {
         let guard = shared();
-        let classifier = ProtocolClassifier::load().unwrap_or_else(|e| match e {
+        let classifier = load().unwrap_or_else(|e| match e {
             ProtocolError::Load {
                 verifier_log: Some(log),
                 ..
@@ -693,6 +702,31 @@ fn a_rule_change_recomputes_cached_verdicts_without_reclassifying() {
     assert_eq!((s.ssh, s.decisions(), s.cached), (1, 1, 4));
     // Counted once, with the decision of its first segment.
     assert_eq!(f.events(), vec![f.event("ssh", Decision::Pass, 1)]);
+}
+
+/// Issue 36: the daemon rewrites a gate, then bumps the generation. An
+/// update landing between the program's read of the generation and its
+/// read of the gate (made here by the test hook, once, during the first
+/// packet: default deny raised, generation bumped) must not leave the old
+/// gate's verdict cached under the new generation: the flow is dropped
+/// from its first packet on. Reading the gate first, as the program did,
+/// passed every packet of the flow.
+#[test]
+fn a_gate_updated_between_the_reads_decides_the_flow() {
+    let f = Fixture::loaded(
+        ProtocolClassifier::load_with_update_between_reads,
+        OPEN,
+        &[],
+    );
+    let first = f.run(&tcp4(40021, 22, SSH_BANNER));
+    let second = f.run(&tcp4(40021, 22, b"\x00\x00\x01\x0c"));
+    assert_eq!(
+        (first, second),
+        (DROP, DROP),
+        "the default deny raised during the first packet"
+    );
+    // The hook ran once: a new flow is decided by the raised gate too.
+    assert_eq!(f.run(&tcp4(40022, 22, SSH_BANNER)), DROP);
 }
 
 #[test]

@@ -122,11 +122,22 @@ pub(super) struct Classifier {
 
 impl Classifier {
     pub(super) fn load() -> Result<Self> {
+        Self::load_with(false)
+    }
+
+    /// [`load`](Self::load), with the test hook that updates a gate between
+    /// the program's reads (`krt_proto_test_update_between_reads`) set.
+    #[cfg(feature = "host-tests")]
+    pub(super) fn load_with_update_between_reads() -> Result<Self> {
+        Self::load_with(true)
+    }
+
+    fn load_with(update_between_reads: bool) -> Result<Self> {
         // Probed before the capture starts, so the capture holds only the
         // object's own log.
         let fallback = current_cgroup_helper_allowed();
         let capture = Capture::start();
-        let object = open_and_load(fallback).map_err(|e| match e {
+        let object = open_and_load(fallback, update_between_reads).map_err(|e| match e {
             ProtocolError::Load { errno, message, .. } => ProtocolError::Load {
                 errno,
                 message,
@@ -313,8 +324,8 @@ impl Classifier {
 }
 
 /// Opens the embedded object, tells it whether it may use the current
-/// task's cgroup, and loads it.
-fn open_and_load(current_cgroup_fallback: bool) -> Result<Object> {
+/// task's cgroup (and whether to run the test hook), and loads it.
+fn open_and_load(current_cgroup_fallback: bool, update_between_reads: bool) -> Result<Object> {
     let open_err = |e: libbpf_rs::Error| ProtocolError::Open {
         message: format!("{e:#}"),
     };
@@ -325,17 +336,30 @@ fn open_and_load(current_cgroup_fallback: bool) -> Result<Object> {
     let mut builder = ObjectBuilder::default();
     builder.name(OBJECT_NAME).map_err(open_err)?;
     let mut open = builder.open_memory(OBJECT).map_err(open_err)?;
-    let at = offset_of!(types::rodata, krt_proto_use_current_cgroup);
+    let knobs = [
+        (
+            offset_of!(types::rodata, krt_proto_use_current_cgroup),
+            current_cgroup_fallback,
+        ),
+        (
+            offset_of!(types::rodata, krt_proto_test_update_between_reads),
+            update_between_reads,
+        ),
+    ];
     let mut set = false;
     for mut map in open.maps_mut() {
         if !map.name().to_str().is_some_and(|n| n.ends_with(".rodata")) {
             continue;
         }
-        let byte = map
+        let data = map
             .initial_value_mut()
-            .and_then(|data| data.get_mut(at))
             .ok_or_else(|| layout("a value shorter than its skeleton type"))?;
-        *byte = u8::from(current_cgroup_fallback);
+        for (at, value) in knobs {
+            let byte = data
+                .get_mut(at)
+                .ok_or_else(|| layout("a value shorter than its skeleton type"))?;
+            *byte = u8::from(value);
+        }
         set = true;
     }
     if !set {

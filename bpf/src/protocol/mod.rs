@@ -571,6 +571,16 @@ impl ProtocolClassifier {
         imp::Classifier::load().map(|inner| Self { inner })
     }
 
+    /// [`load`](Self::load) with a test hook set: during the first packet
+    /// of a gated cgroup the program itself raises that cgroup's default
+    /// deny and bumps the generation, between its read of the generation
+    /// and its read of the gate, as a concurrent update of the daemon
+    /// would (issue 36). Tests only.
+    #[cfg(feature = "host-tests")]
+    pub fn load_with_update_between_reads() -> Result<Self> {
+        imp::Classifier::load_with_update_between_reads().map(|inner| Self { inner })
+    }
+
     /// Makes set `set_id` with `flags` apply to the packets of cgroup
     /// `cgroup_id` (replacing its previous set and flags, atomically).
     /// Cached verdicts of the cgroup's flows are recomputed under the new

@@ -16,6 +16,11 @@ impl Classifier {
         Err(ProtocolError::NotBuilt)
     }
 
+    #[cfg(feature = "host-tests")]
+    pub(super) fn load_with_update_between_reads() -> Result<Self> {
+        Err(ProtocolError::NotBuilt)
+    }
+
     pub(super) fn set_filter(&self, _: u64, _: u32, _: ProtoFlags) -> Result<()> {
         match *self {}
     }
