@@ -13,6 +13,7 @@
 mod common;
 
 use common::host::HostPod;
+use common::pki::certificates;
 use common::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -20,84 +21,6 @@ use std::time::Duration;
 
 const NODE: &str = "host-egress-node";
 const NS: &str = "host-egress";
-
-fn openssl(args: &[&str]) {
-    let out = Command::new("openssl").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate.
-fn certificates(dir: &Path) {
-    let p = |n: &str| dir.join(n).to_string_lossy().into_owned();
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        &p("ca.key"),
-        "-out",
-        &p("ca.crt"),
-        "-subj",
-        "/CN=krt-test-ca",
-        "-days",
-        "1",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign",
-    ]);
-    for (name, ext) in [
-        (
-            "server",
-            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-        ),
-        (
-            "client",
-            "subjectAltName=DNS:daemon\nextendedKeyUsage=clientAuth\n",
-        ),
-    ] {
-        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-        openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &p(&format!("{name}.key")),
-            "-out",
-            &p(&format!("{name}.csr")),
-            "-subj",
-            &format!("/CN={name}"),
-        ]);
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &p(&format!("{name}.csr")),
-            "-CA",
-            &p("ca.crt"),
-            "-CAkey",
-            &p("ca.key"),
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-out",
-            &p(&format!("{name}.crt")),
-            "-extfile",
-            &p(&format!("{name}.ext")),
-        ]);
-    }
-}
 
 /// Tries a TCP connection from inside `cgroup`; true if it connected.
 fn connects_from(cgroup: &Path, addr: &str) -> bool {

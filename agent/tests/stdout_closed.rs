@@ -110,3 +110,128 @@ fn a_shell_pipeline_into_head() {
         "{stdout}"
     );
 }
+
+#[path = "common/pki.rs"]
+mod pki;
+
+/// The collector writes its findings to standard output by default
+/// (`--output -`). When that fails it ends as every command does: the
+/// reader gone, status 141 and nothing said; a full device, one error line
+/// and status 1. It used to end with status 1 and an error in both cases.
+/// A real finding is pushed over mutual TLS to make it write.
+#[test]
+fn the_collector_ends_as_a_command_does_when_its_output_fails() {
+    use kyverno_runtime_push::{PushConfig, PushSink};
+    use kyverno_runtime_report::{Behavior, Decision, Finding, PodIdentity};
+    use std::io::{BufRead as _, BufReader, Read as _};
+    use std::time::{Duration, Instant, UNIX_EPOCH};
+
+    let dir = tempfile::tempdir().unwrap();
+    pki::certificates(dir.path());
+    let file = |n: &str| dir.path().join(n);
+    let finding = Finding {
+        policy: "p".into(),
+        policy_uid: "11111111-2222-3333-4444-555555555555".into(),
+        behavior: Behavior::Exec,
+        pod: PodIdentity {
+            namespace: "shop".into(),
+            name: "web-0".into(),
+            uid: "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee".into(),
+            container: Some("app".into()),
+            owner_kind: None,
+            owner_name: None,
+        },
+        target: "/usr/bin/curl".into(),
+        enforced: true,
+        decision: Some(Decision::Denied),
+        count: 1,
+        first_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        last_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        process: None,
+    };
+    let closed_pipe = || {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        drop(read);
+        Stdio::from(write)
+    };
+    let full = || {
+        Stdio::from(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+    };
+    for (what, stdout, status, error) in [
+        ("a pipe whose reader is gone", closed_pipe(), 141, None),
+        (
+            "/dev/full",
+            full(),
+            1,
+            Some("error: writing to standard output:"),
+        ),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kyverno-runtime"))
+            .args(["collector", "--listen", "127.0.0.1:0", "--tls-ca"])
+            .arg(file("ca.crt"))
+            .arg("--tls-cert")
+            .arg(file("server.crt"))
+            .arg("--tls-key")
+            .arg(file("server.key"))
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut first = String::new();
+        stderr.read_line(&mut first).unwrap();
+        let addr = first
+            .split_once("listening on ")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{what}: no address in {first:?}"))
+            .to_string();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let exited = runtime.block_on(async {
+            let config = PushConfig::new(
+                addr,
+                file("ca.crt"),
+                file("client.crt"),
+                file("client.key"),
+                "node-a",
+            );
+            let sink = PushSink::new(config, None).unwrap();
+            sink.handle().submit(finding.clone());
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let sending = tokio::spawn(sink.run(async {
+                let _ = stopped.await;
+            }));
+            let started = Instant::now();
+            let mut exited = None;
+            while started.elapsed() < Duration::from_secs(20) {
+                if let Some(status) = child.try_wait().unwrap() {
+                    exited = Some(status);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let _ = stop.send(());
+            let _ = sending.await;
+            exited
+        });
+        let Some(exited) = exited else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: the collector did not end after its output failed");
+        };
+        let mut rest = String::new();
+        stderr.read_to_string(&mut rest).unwrap();
+        assert_eq!(exited.code(), Some(status), "{what}: {rest}");
+        match error {
+            None => assert!(rest.trim().is_empty(), "{what}: said {rest:?}"),
+            Some(e) => assert!(rest.contains(e), "{what}: said {rest:?}"),
+        }
+    }
+}

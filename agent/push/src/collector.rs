@@ -403,7 +403,10 @@ where
                 out.flush().await
             };
             if let Err(e) = written.await {
-                tracing::error!(error = %e, "writing the collector output failed; stopping");
+                // Returned by `serve` (Error::Output), whose caller says
+                // it once: `kyverno-runtime collector` as an error line,
+                // or not at all when stdout's reader went away.
+                tracing::debug!(error = %e, "writing the collector output failed; stopping");
                 self.failure.set(e);
                 return Err(Status::unavailable("the collector cannot store findings"));
             }

@@ -53,6 +53,7 @@ pub fn run(args: CollectorArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: CollectorArgs) -> anyhow::Result<ExitCode> {
+    let to_stdout = args.output == std::path::Path::new("-");
     let tls = ServerTls {
         ca: args.tls_ca,
         cert: args.tls_cert,
@@ -76,6 +77,13 @@ async fn serve(args: CollectorArgs) -> anyhow::Result<ExitCode> {
             _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
         }
     };
-    collector.serve(out, shutdown).await?;
-    Ok(ExitCode::SUCCESS)
+    match collector.serve(out, shutdown).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // Standard output failed: ends as every command's does (super::out):
+        // the reader gone, quietly with 141; anything else, one error line.
+        Err(kyverno_runtime_push::Error::Output { source }) if to_stdout => {
+            Err(super::out::StdoutError(source).into())
+        }
+        Err(e) => Err(e.into()),
+    }
 }

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub mod host;
+pub mod pki;
 
 /// The local control plane, with every CRD the chart ships applied.
 pub fn cluster() -> &'static LocalCluster {
