@@ -2173,6 +2173,13 @@ pub struct EgressManager<B> {
     failures: BTreeMap<PolicyId, Vec<EgressFailure>>,
     rejected_total: u64,
     adoption: Option<Adoption>,
+    /// Policies whose lists are not known yet (see
+    /// [`EgressManager::reconcile_adopted`]).
+    pending: BTreeSet<PolicyId>,
+    /// Policies whose last update failed part way: the backend holds their
+    /// new rules (`held` says so) but not every cgroup's set converged, so
+    /// the next convergence asks it to sync again even with nothing new.
+    unsettled: BTreeSet<PolicyId>,
     services: ServiceAddresses,
 }
 
@@ -2212,17 +2219,30 @@ where
             pods: BTreeMap::new(),
             failures: BTreeMap::new(),
             rejected_total: 0,
+            pending: BTreeSet::new(),
+            unsettled: BTreeSet::new(),
             services: ServiceAddresses::new(),
         })
     }
 
     /// Ends the adoption begun by [`new`](Self::new): call it once the
-    /// policies and pods are synced. Held policies not desired are removed,
-    /// held bindings of cgroups no selected pod owns are unbound, and the
-    /// links of a discarded pin layout are released; unless a backend call
-    /// fails (returned), the backend then holds exactly what is desired.
-    pub fn reconcile_adopted(&mut self) -> Vec<EgressFailure> {
+    /// policies and pods are synced. Held policies neither desired nor
+    /// `pending` are removed, held bindings of cgroups no selected pod owns
+    /// are unbound, and the links of a discarded pin layout are released;
+    /// unless a backend call fails (returned), the backend then holds
+    /// exactly what is desired.
+    ///
+    /// `pending` are the policies that exist but whose lists are not known
+    /// yet (data being fetched, an evaluation failing): what a previous
+    /// process held for them stays, untouched, until they are upserted or
+    /// deleted, as the openexec manager does.
+    pub fn reconcile_adopted(&mut self, pending: &BTreeSet<PolicyId>) -> Vec<EgressFailure> {
         self.adoption = None;
+        self.pending = pending
+            .iter()
+            .filter(|id| !self.policies.contains_key(*id))
+            .cloned()
+            .collect();
         let failures = self.sync_all();
         match self.backend.release_unowned() {
             Ok(0) => {}
@@ -2254,6 +2274,7 @@ where
         if let Some(a) = &mut self.adoption {
             a.deleted.remove(&id);
         }
+        self.pending.remove(&id);
         let failures = self.converge(&id);
         EgressOutcome {
             rejections,
@@ -2406,6 +2427,7 @@ where
         if let Some(a) = &mut self.adoption {
             a.deleted.insert(id.clone());
         }
+        self.pending.remove(id);
         self.converge(id)
     }
 
@@ -2513,7 +2535,14 @@ where
     }
 
     fn target(&self, id: &PolicyId) -> Option<Held<Destination>> {
-        let d = self.policies.get(id)?;
+        let Some(d) = self.policies.get(id) else {
+            // Pending: what is held stands (see `reconcile_adopted`).
+            return self
+                .pending
+                .contains(id)
+                .then(|| self.held.get(id).cloned())
+                .flatten();
+        };
         let mut program = d.compiled.program.clone()?;
         if !self.services.synced() && !d.compiled.services.is_empty() {
             if let Some(h) = self.held.get(id) {
@@ -2580,6 +2609,7 @@ where
                     match self.backend.remove_policy(id) {
                         Ok(()) => {
                             self.held.remove(id);
+                            self.unsettled.remove(id);
                         }
                         Err(e) => Self::fail(out, id, Step::RemovePolicy, e),
                     }
@@ -2621,6 +2651,7 @@ where
                             match self.backend.remove_policy(id) {
                                 Ok(()) => {
                                     self.held.remove(id);
+                                    self.unsettled.remove(id);
                                 }
                                 Err(e) => return Self::fail(out, id, Step::RemovePolicy, e),
                             }
@@ -2631,15 +2662,17 @@ where
                             (&h.program, &t.program)
                         {
                             let diff = ProgramDiff::between(from, to);
-                            if !diff.is_empty() {
+                            if !diff.is_empty() || self.unsettled.contains(id) {
                                 match self.backend.update_policy(id, &diff) {
                                     Ok(()) => {
                                         if let Some(m) = self.held.get_mut(id) {
                                             m.program = t.program.clone();
                                         }
+                                        self.unsettled.remove(id);
                                     }
                                     Err(e) => {
                                         Self::fail(out, id, Step::UpdatePolicy, e);
+                                        self.resettle(id);
                                         return;
                                     }
                                 }
@@ -2655,6 +2688,25 @@ where
                         self.bind_all(id, &missing, out);
                     }
                 }
+            }
+        }
+    }
+
+    /// After a failed update: what the backend records for `id` is what
+    /// the next diff starts from (a failure part way may have recorded
+    /// the new rules, and written some of them), and the policy is synced
+    /// again on its next convergence even if nothing changes by then. A
+    /// shrink after the failure then removes exactly what was written.
+    fn resettle(&mut self, id: &PolicyId) {
+        self.unsettled.insert(id.clone());
+        match self.backend.held() {
+            Ok(mut all) => {
+                if let (Some(h), Some(recorded)) = (self.held.get_mut(id), all.remove(id)) {
+                    h.program = recorded.program;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(policy = %id, error = %e, "network: reading back a failed update failed")
             }
         }
     }
@@ -2795,6 +2847,9 @@ mod tests {
         /// Every call, in order, for ordering assertions.
         log: Vec<String>,
         fail_insert: bool,
+        /// How many prefixes the maps hold before an insert fails as a
+        /// full map does (`None`: no limit).
+        capacity: Option<usize>,
         counts: BTreeMap<(u32, IpAddr, bpf::Decision), u64>,
         /// Keeps a ledger (as a pinned kernel does).
         pinned: bool,
@@ -2853,7 +2908,14 @@ mod tests {
             verdict: Verdict,
             prefix: Prefix,
         ) -> Result<(), EgressError> {
-            if self.fail_insert {
+            let present = match verdict {
+                Verdict::Allow => self.allow.contains(&(set_id, prefix)),
+                Verdict::Deny => self.deny.contains(&(set_id, prefix)),
+            };
+            let full = self
+                .capacity
+                .is_some_and(|c| self.allow.len() + self.deny.len() >= c);
+            if self.fail_insert || (full && !present) {
                 return Err(EgressError::MapFull {
                     map: "allow_v4",
                     max_entries: 1,
@@ -3708,6 +3770,78 @@ mod tests {
         assert_eq!(m.programmed()[&pid("a")].cgroups, [1].into());
     }
 
+    /// What the kernel says of a packet of cgroup 1 to each address.
+    fn verdicts(
+        m: &mut EgressManager<EgressEnforcer<MemKernel>>,
+        addrs: &[&str],
+    ) -> Vec<bpf::Decision> {
+        let k = m.backend_mut().kernel_mut();
+        addrs
+            .iter()
+            .map(|a| k.packet(1, ip(a)).unwrap_or(bpf::Decision::Unmatched))
+            .collect()
+    }
+
+    #[test]
+    fn a_failed_update_then_a_shrink_leaves_exactly_the_spec_in_the_kernel() {
+        use bpf::Decision::{Denied, Unmatched};
+        let addrs = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"];
+        // The kernel has room for 1, 2, then 3 entries: the growth fails at
+        // each of its steps.
+        for room in 1..=3 {
+            let mut m = EgressManager::new(EgressEnforcer::new(MemKernel::default())).unwrap();
+            m.upsert_pod(pod("p1", "web", &[1]));
+            let first = m.upsert_policy(policy("a", Mode::Enforce, &[], &addrs[..1]));
+            assert!(first.failures.is_empty(), "{:?}", first.failures);
+            m.backend_mut().kernel_mut().capacity = Some(room);
+            let grown = m.upsert_policy(policy("a", Mode::Enforce, &[], &addrs));
+            assert!(!grown.failures.is_empty(), "room {room}");
+            let written: Vec<_> = (0..room)
+                .map(|_| Denied)
+                .chain((room..4).map(|_| Unmatched))
+                .collect();
+            assert_eq!(
+                verdicts(&mut m, &addrs),
+                written,
+                "room {room}: what the failed update wrote"
+            );
+            // The shrink: exactly the first stays, whatever the failed
+            // attempt had written.
+            let shrunk = m.upsert_policy(policy("a", Mode::Enforce, &[], &addrs[..1]));
+            assert!(shrunk.failures.is_empty(), "{:?}", shrunk.failures);
+            assert_eq!(
+                verdicts(&mut m, &addrs),
+                [Denied, Unmatched, Unmatched, Unmatched],
+                "room {room}: after the shrink"
+            );
+            assert_eq!(m.backend().kernel().deny.len(), 1, "room {room}");
+            assert!(m.failures(&pid("a")).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_failed_update_is_retried_until_the_kernel_holds_it() {
+        use bpf::Decision::{Denied, Unmatched};
+        let addrs = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
+        let mut m = EgressManager::new(EgressEnforcer::new(MemKernel::default())).unwrap();
+        m.upsert_pod(pod("p1", "web", &[1]));
+        m.upsert_policy(policy("a", Mode::Enforce, &[], &addrs[..1]));
+        m.backend_mut().kernel_mut().capacity = Some(2);
+        assert!(!m
+            .upsert_policy(policy("a", Mode::Enforce, &[], &addrs))
+            .failures
+            .is_empty());
+        assert_eq!(verdicts(&mut m, &addrs), [Denied, Denied, Unmatched]);
+        // Still full: the next event retries, fails again, and says so.
+        assert!(!m.upsert_pod(pod("p2", "web", &[2])).is_empty());
+        assert!(!m.failures(&pid("a")).is_empty());
+        // Room again: the next event completes it.
+        m.backend_mut().kernel_mut().capacity = None;
+        assert!(m.upsert_pod(pod("p3", "web", &[3])).is_empty());
+        assert!(m.failures(&pid("a")).is_empty());
+        assert_eq!(verdicts(&mut m, &addrs), [Denied, Denied, Denied]);
+    }
+
     #[test]
     fn a_pod_leaving_a_selector_is_unbound() {
         let mut m = EgressManager::new(fake()).unwrap();
@@ -3940,7 +4074,7 @@ mod tests {
             Some(bpf::Decision::Denied)
         );
         // The reconcile drops what is not desired.
-        assert!(m.reconcile_adopted().is_empty());
+        assert!(m.reconcile_adopted(&BTreeSet::new()).is_empty());
         assert_eq!(m.programmed().keys().collect::<Vec<_>>(), [&pid("deny-2")]);
         assert_eq!(m.programmed()[&pid("deny-2")].cgroups, [1].into());
         let k = m.backend_mut().kernel_mut();

@@ -80,6 +80,19 @@ pub struct LsmEnforcer {
 /// exec enforcer.
 pub fn load(hooks: Hooks, pin_dir: Option<&Path>) -> Result<(LsmEnforcer, LsmEnforcer)> {
     let object = OpenExec::load(hooks, pin_dir).map_err(|e| kernel("load", e))?;
+    over(object, hooks)
+}
+
+/// [`load`] without pins, with room for only `paths` path entries (see
+/// [`OpenExec::load_with_path_capacity`]): for tests that fill a map on
+/// purpose.
+pub fn load_with_path_capacity(hooks: Hooks, paths: u32) -> Result<(LsmEnforcer, LsmEnforcer)> {
+    let object = OpenExec::load_with_path_capacity(hooks, paths).map_err(|e| kernel("load", e))?;
+    over(object, hooks)
+}
+
+/// The two enforcers over a loaded object, adopting what it holds.
+fn over(object: OpenExec, hooks: Hooks) -> Result<(LsmEnforcer, LsmEnforcer)> {
     let mut shared = Shared {
         object,
         slots: [vec![None; SLOTS], vec![None; SLOTS]],
@@ -196,8 +209,9 @@ fn bit(slot: usize) -> u64 {
 
 impl Shared {
     /// Rebuilds the slot table from adopted maps. Bits of a slot nobody
-    /// owns, and path entries that are not a path a policy could hold, are
-    /// cleared here: nothing could reconcile them later.
+    /// owns, path bits of an observe slot, and path entries that are not a
+    /// path a policy could hold, are cleared here: nothing could reconcile
+    /// them later.
     fn adopt(&mut self) -> Result<()> {
         let adopt_err = |reason: String| EnforceError::Adopt {
             behavior: "open/exec",
@@ -230,6 +244,10 @@ impl Shared {
             let live = self.live_mask(dim);
             self.masks.default_deny[d] &= live;
             self.masks.observe[d] &= live;
+            // An observe slot holds no paths: a bit of one is left over
+            // (an interrupted change) and recorded nowhere, so a policy
+            // taking the slot later would inherit it. Cleared here.
+            let holds_paths = live & !self.masks.observe[d];
             for (key, rule) in self
                 .object
                 .rules(dim)
@@ -242,8 +260,8 @@ impl Shared {
                     .and_then(|p| AbsPath::parse(p).ok());
                 let kept = match &path {
                     Some(_) => PathRule {
-                        deny: rule.deny & live,
-                        allow: rule.allow & live,
+                        deny: rule.deny & holds_paths,
+                        allow: rule.allow & holds_paths,
                     },
                     None => PathRule::default(),
                 };
@@ -374,6 +392,25 @@ impl Shared {
             self.object
                 .set_rule(dim, &key, rule)
                 .map_err(|e| kernel("write rule", e))?;
+            // The slot's record follows the kernel path by path, so a
+            // failure part way leaves a record of exactly what was
+            // written: the next diff starts from it.
+            if let Some(Slot {
+                program: Program::Enforce(rules),
+                ..
+            }) = &mut self.slots[dim.index()][slot]
+            {
+                let list = if deny {
+                    &mut rules.deny
+                } else {
+                    &mut rules.allow
+                };
+                if on {
+                    list.insert(path.clone());
+                } else {
+                    list.remove(path);
+                }
+            }
             if !old.is_empty() && rule.is_empty() {
                 if let Some(name) = name {
                     self.name_ref(name, false)?;
@@ -428,6 +465,16 @@ impl Shared {
             .set_masks(&masks)
             .map_err(|e| kernel("write flags", e))?;
         self.masks = masks;
+        if let (
+            true,
+            Some(Slot {
+                program: Program::Enforce(rules),
+                ..
+            }),
+        ) = (default_deny, &mut self.slots[dim.index()][slot])
+        {
+            rules.default_deny = on;
+        }
         Ok(())
     }
 
@@ -590,28 +637,10 @@ impl Enforcer for LsmEnforcer {
         if diff.default_deny == Some(false) {
             shared.set_mask_bit(dim, slot, true, false)?;
         }
+        // Each step recorded the slot's program as it went (set_bits,
+        // set_mask_bit): a failure above leaves it saying what the kernel
+        // holds.
         shared.set_bits(dim, slot, &diff.remove_deny, true, false)?;
-        if let Some(Slot {
-            program: Program::Enforce(rules),
-            ..
-        }) = &mut shared.slots[dim.index()][slot]
-        {
-            for p in &diff.add_deny {
-                rules.deny.insert(p.clone());
-            }
-            for p in &diff.remove_deny {
-                rules.deny.remove(p);
-            }
-            for p in &diff.add_allow {
-                rules.allow.insert(p.clone());
-            }
-            for p in &diff.remove_allow {
-                rules.allow.remove(p);
-            }
-            if let Some(dd) = diff.default_deny {
-                rules.default_deny = dd;
-            }
-        }
         Ok(())
     }
 

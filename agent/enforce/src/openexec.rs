@@ -323,6 +323,20 @@ where
             }
             Err(e) => {
                 self.fail(out, id, Step::UpdatePolicy, e);
+                // A failure part way may have written some of the diff;
+                // the backend's record says what (the kernel backend
+                // records each write), and the next diff starts from it,
+                // so a later shrink removes exactly what was written.
+                match self.backend.held() {
+                    Ok(mut all) => {
+                        if let (Some(h), Some(recorded)) = (self.held.get_mut(id), all.remove(id)) {
+                            h.program = recorded.program;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(policy = %id, error = %e, "reading back a failed update failed")
+                    }
+                }
                 false
             }
         }
@@ -494,6 +508,11 @@ struct Adoption {
     deleted: BTreeSet<PolicyId>,
 }
 
+/// The policies whose lists are not known yet (see
+/// [`OpenExecManager::reconcile_adopted`]): what is held for them stands
+/// until they are upserted or deleted.
+type Pending = BTreeSet<PolicyId>;
+
 /// The open/exec manager over an open backend `O` and an exec backend `E`
 /// (see the [module docs](self)).
 pub struct OpenExecManager<O, E> {
@@ -503,6 +522,7 @@ pub struct OpenExecManager<O, E> {
     pods: BTreeMap<String, Pod>,
     failures: BTreeMap<(PolicyId, Dimension), Vec<Failure>>,
     adoption: Option<Adoption>,
+    pending: Pending,
 }
 
 impl<O, E> fmt::Debug for OpenExecManager<O, E> {
@@ -551,6 +571,7 @@ where
             pods: BTreeMap::new(),
             failures: BTreeMap::new(),
             adoption: Some(Adoption::default()),
+            pending: Pending::new(),
         })
     }
 
@@ -584,6 +605,7 @@ where
         if let Some(a) = &mut self.adoption {
             a.deleted.remove(&id);
         }
+        self.pending.remove(&id);
         let mut failures = Vec::new();
         for dim in Dimension::BOTH {
             failures.extend(self.converge(dim, &id, Phase::Full));
@@ -601,6 +623,7 @@ where
         if let Some(a) = &mut self.adoption {
             a.deleted.insert(id.clone());
         }
+        self.pending.remove(id);
         let mut failures = Vec::new();
         for dim in Dimension::BOTH {
             failures.extend(self.converge(dim, id, Phase::Full));
@@ -629,12 +652,24 @@ where
     }
 
     /// Ends the adoption begun by [`new`](Self::new): call it once the
-    /// policies and pods are synced. Held policies not desired are
-    /// removed and held bindings of cgroups no selected pod owns are
-    /// unbound; unless a backend call fails (returned), both backends
-    /// then hold exactly [`desired`](Self::desired).
-    pub fn reconcile_adopted(&mut self) -> Vec<Failure> {
+    /// policies and pods are synced. Held policies neither desired nor
+    /// `pending` are removed and held bindings of cgroups no selected pod
+    /// owns are unbound; unless a backend call fails (returned), both
+    /// backends then hold exactly [`desired`](Self::desired).
+    ///
+    /// `pending` are the policies that exist but whose lists are not known
+    /// yet (their data is being fetched, or they fail to evaluate): what a
+    /// previous process held for them stays, untouched, until they are
+    /// upserted (their lists replace it) or deleted. Removing it for being
+    /// "not yet wanted" would drop enforcement at every restart for as
+    /// long as a data source is slow, and for good while it is down.
+    pub fn reconcile_adopted(&mut self, pending: &BTreeSet<PolicyId>) -> Vec<Failure> {
         self.adoption = None;
+        self.pending = pending
+            .iter()
+            .filter(|id| !self.policies.contains_key(*id))
+            .cloned()
+            .collect();
         self.sync_all()
     }
 
@@ -683,6 +718,7 @@ where
     pub fn desired(&self, dim: Dimension) -> BTreeMap<PolicyId, Held<AbsPath>> {
         self.policies
             .keys()
+            .chain(&self.pending)
             .filter_map(|id| {
                 self.target(dim, id).map(|t| {
                     (
@@ -755,7 +791,14 @@ where
 
     /// What (`id`, `dim`) should hold, or `None` if it should not be held.
     fn target(&self, dim: Dimension, id: &PolicyId) -> Option<Target> {
-        let desired = self.policies.get(id)?;
+        let Some(desired) = self.policies.get(id) else {
+            // Pending: what is held stands (see `reconcile_adopted`).
+            let held = self.side(dim).held().get(id)?;
+            return self.pending.contains(id).then(|| Target {
+                program: held.program.clone(),
+                cgroups: held.cgroups.clone(),
+            });
+        };
         let program = desired.programs[dim.index()].clone()?;
         let mut cgroups = self.selected(&desired.policy.target);
         if let (Some(adoption), Some(held)) = (&self.adoption, self.side(dim).held().get(id)) {

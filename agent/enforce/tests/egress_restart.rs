@@ -22,6 +22,7 @@ mod common;
 use common::egress::{connects, pid, pod, policy};
 use common::TempCgroup;
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -186,7 +187,7 @@ fn enforcement_survives_a_restart_and_converges_by_diffs() {
     // the adopted filter knows the set still has both kinds of entry.
     assert!(!connects(&cg, "127.0.0.3"), "kept until the reconcile");
     assert!(!connects(&cg, "127.0.0.17"), "kept until the reconcile");
-    assert!(m.reconcile_adopted().is_empty());
+    assert!(m.reconcile_adopted(&BTreeSet::new()).is_empty());
     assert!(!m.programmed().contains_key(&pid("deny-3")));
     assert!(connects(&cg, "127.0.0.3"), "deny-3 is gone");
     assert!(connects(&cg, "127.0.0.17"), "deny-3 is gone");
@@ -267,7 +268,7 @@ fn an_incompatible_pin_layout_is_discarded_without_a_gap() {
     assert!(connects(&a, "127.0.0.1"));
     assert!(!connects(&b, "127.0.0.2"), "b's old link still holds");
     // The reconcile releases what nobody re-programmed.
-    assert!(m.reconcile_adopted().is_empty());
+    assert!(m.reconcile_adopted(&BTreeSet::new()).is_empty());
     assert_eq!(m.backend().kernel().stale_links(), 0);
     assert!(eventually_connects(&b, "127.0.0.2"), "b's old link is gone");
     assert!(!connects(&a, "127.0.0.2"), "a is served by the new state");

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kyverno_runtime_compat::{Backend, Behavior};
@@ -33,7 +33,7 @@ fn exec_fake() -> Fake {
 /// A manager over empty fakes, past its (empty) adoption.
 fn manager_over(open: Fake, exec: Fake) -> Manager {
     let mut m = OpenExecManager::new(open, exec).unwrap();
-    assert!(m.reconcile_adopted().is_empty());
+    assert!(m.reconcile_adopted(&BTreeSet::new()).is_empty());
     m.open_backend_mut().clear_ops();
     m.exec_backend_mut().clear_ops();
     m
@@ -813,7 +813,7 @@ fn restart_adopts_without_a_gap_and_reconcile_leaves_nothing_stale() {
     }
 
     // Synced: what is left over goes.
-    assert!(m.reconcile_adopted().is_empty());
+    assert!(m.reconcile_adopted(&BTreeSet::new()).is_empty());
     assert!(!m.open_backend().held().unwrap().contains_key(&id("gone")));
     assert_eq!(open_decides(&m, 4, "/etc/shadow"), Decision::Unmatched);
     assert_eq!(
@@ -835,7 +835,7 @@ fn a_policy_deleted_during_adoption_goes_at_once() {
     let mut m = OpenExecManager::new(before.open_backend().restarted(), exec_fake()).unwrap();
     assert!(m.delete_policy(&id("p")).is_empty());
     assert!(m.open_backend().held().unwrap().is_empty());
-    assert!(m.reconcile_adopted().is_empty());
+    assert!(m.reconcile_adopted(&BTreeSet::new()).is_empty());
     assert_converged(&m);
 }
 
@@ -851,7 +851,57 @@ fn a_mode_change_during_adoption_rebuilds_and_keeps_unsynced_bindings() {
     // b is not synced yet, and the rebuild kept its binding.
     assert_eq!(open_decides(&m, 2, "/x"), Decision::Denied);
     assert_eq!(open_decides(&m, 1, "/x"), Decision::Denied);
-    assert!(m.reconcile_adopted().is_empty());
+    assert!(m.reconcile_adopted(&BTreeSet::new()).is_empty());
     assert_eq!(open_decides(&m, 2, "/x"), Decision::Unmatched);
+    assert_converged(&m);
+}
+
+#[test]
+fn a_pending_policy_keeps_what_was_held_through_the_reconcile_until_it_is_evaluated() {
+    let mut before = manager();
+    before.upsert_pod(pod("a", "web", &[1]));
+    before.upsert_policy(open_policy("data", E, app("web"), &[], &["/x"]));
+    before.upsert_policy(open_policy("gone", E, app("web"), &[], &["/y"]));
+    let mut m = OpenExecManager::new(before.open_backend().restarted(), exec_fake()).unwrap();
+    m.upsert_pod(pod("a", "web", &[1]));
+    m.upsert_pod(pod("b", "web", &[2]));
+    // "data" exists but its lists are not known yet (its data is being
+    // fetched); "gone" is not in the cluster any more.
+    assert!(m.reconcile_adopted(&[id("data")].into()).is_empty());
+    assert_eq!(open_decides(&m, 1, "/x"), Decision::Denied, "held stands");
+    assert_eq!(
+        open_decides(&m, 1, "/y"),
+        Decision::Unmatched,
+        "not pending"
+    );
+    assert_converged(&m);
+    // A pod event sweeps every policy: the pending one is left as it is.
+    m.upsert_pod(pod("c", "web", &[3]));
+    assert_eq!(open_decides(&m, 1, "/x"), Decision::Denied);
+    assert_converged(&m);
+    // Evaluated: its lists replace what was held, on every selected pod.
+    assert!(m
+        .upsert_policy(open_policy("data", E, app("web"), &[], &["/z"]))
+        .failures
+        .is_empty());
+    for cg in [1, 2, 3] {
+        assert_eq!(open_decides(&m, cg, "/z"), Decision::Denied);
+        assert_eq!(open_decides(&m, cg, "/x"), Decision::Unmatched);
+    }
+    assert_converged(&m);
+}
+
+#[test]
+fn a_pending_policy_deleted_goes() {
+    let mut before = manager();
+    before.upsert_pod(pod("a", "web", &[1]));
+    before.upsert_policy(open_policy("data", E, app("web"), &[], &["/x"]));
+    let mut m = OpenExecManager::new(before.open_backend().restarted(), exec_fake()).unwrap();
+    m.upsert_pod(pod("a", "web", &[1]));
+    assert!(m.reconcile_adopted(&[id("data")].into()).is_empty());
+    assert_eq!(open_decides(&m, 1, "/x"), Decision::Denied);
+    assert!(m.delete_policy(&id("data")).is_empty());
+    assert_eq!(open_decides(&m, 1, "/x"), Decision::Unmatched);
+    assert!(m.open_backend().held().unwrap().is_empty());
     assert_converged(&m);
 }

@@ -15,7 +15,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs;
 use std::io::ErrorKind;
@@ -35,6 +35,9 @@ use kyverno_runtime_enforce::openexec::{
 use kyverno_runtime_enforce::{Decision, Enforcer, PolicyId};
 use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_policy::values::FieldPath;
+
+#[path = "openexec_vm/transitions.rs"]
+mod transitions;
 
 type Manager = OpenExecManager<LsmEnforcer, LsmEnforcer>;
 
@@ -408,6 +411,14 @@ const CASES: &[(&str, Case)] = &[
     (
         "a_full_observation_map_counts_what_it_could_not_hold",
         observation_map_full,
+    ),
+    (
+        "a_failed_update_then_a_shrink_leaves_exactly_the_spec",
+        transitions::failed_update_then_shrink,
+    ),
+    (
+        "an_observe_slots_leftover_bits_are_cleared_on_adoption",
+        transitions::an_observe_slots_leftover_bits_are_cleared_on_adoption,
     ),
 ];
 
@@ -1293,7 +1304,7 @@ fn restart_no_stale(env: &Env) -> Result<(), String> {
         .open(&[], &[&file("a")])
         .apply(&mut m);
     add_pod(&mut m, pod("pod-a", "web", &[&a]));
-    let failures = m.reconcile_adopted();
+    let failures = m.reconcile_adopted(&BTreeSet::new());
     x.check(failures.is_empty(), format!("reconcile: {failures:?}"));
     x.case("kept policy", Some(&a), "exec", &bin("a"), Refused);
     x.case("kept policy", Some(&a), "open", &file("a"), Refused);

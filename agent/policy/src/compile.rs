@@ -702,6 +702,13 @@ impl CompiledPolicy {
         })
     }
 
+    /// Each behavior's index in `spec.behaviors` and kind, in order: what
+    /// an evaluation yields lists for (a behavior that fails to evaluate
+    /// is missing from its result).
+    pub fn behavior_kinds(&self) -> impl Iterator<Item = (usize, BehaviorKind)> + '_ {
+        self.behaviors.iter().map(|b| (b.index, b.kind))
+    }
+
     /// The data sources the policy reads, each once, in the order first
     /// read: what must be fetched before [`CompiledPolicy::evaluate_with`].
     pub fn sources(&self) -> &[DataSource] {

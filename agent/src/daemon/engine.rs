@@ -9,44 +9,41 @@
 //! loop writes those reports on its own schedule.
 
 mod observe;
+mod policies;
 
 pub use observe::{
     denial_event, dns_event, exec_events, ExecGate, Plane, DENIALS_SOURCE, DNS_SOURCE,
     EGRESS_SOURCE, EXEC_TRACE_SOURCE, OPENEXEC_SOURCE,
 };
 
-use super::convert::{self, kernel_mode};
-use super::data::{DataReady, DataRequest, Fetcher};
+use super::convert;
+use super::data::Fetcher;
 use super::resolve::{CgroupResolver, PodCgroups};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kyverno_runtime_api::runtimepolicy::{
-    BehaviorBackend, EventSourceState, EventSourceStatus, NodePolicyStatus, RuntimePolicy,
-    RuntimePolicyMode, UnresolvedPod,
+    BehaviorBackend, EventSourceState, EventSourceStatus, NodePolicyStatus, RuntimePolicyMode,
+    UnresolvedPod,
 };
 use kyverno_runtime_bpf::egress::SnoopStats;
-use kyverno_runtime_enforce::dns::{DnsGateManager, DnsPolicy, KernelDns};
-use kyverno_runtime_enforce::egress::{
-    EgressEnforcer, EgressManager, NetworkPod, NetworkPolicy, Reprogrammed,
-};
+use kyverno_runtime_enforce::dns::{DnsGateManager, KernelDns};
+use kyverno_runtime_enforce::egress::{EgressEnforcer, EgressManager, NetworkPod, Reprogrammed};
 use kyverno_runtime_enforce::lsm::LsmEnforcer;
 use kyverno_runtime_enforce::names::ServiceName;
-use kyverno_runtime_enforce::openexec::{OpenExecManager, OpenExecPolicy, Pod as OpenExecPod};
-use kyverno_runtime_enforce::protocol::{KernelProtocol, ProtocolManager, ProtocolPolicy};
+use kyverno_runtime_enforce::openexec::{OpenExecManager, Pod as OpenExecPod};
+use kyverno_runtime_enforce::protocol::{KernelProtocol, ProtocolManager};
 use kyverno_runtime_enforce::PolicyId;
 use kyverno_runtime_metrics::{DropReason, Metrics};
 use kyverno_runtime_plane::SourceState;
-use kyverno_runtime_policy::compile::{CompiledPolicy, EvaluationResult};
+use kyverno_runtime_policy::compile::EvaluationResult;
 use kyverno_runtime_policy::rule::BehaviorLists;
-use kyverno_runtime_policy::selector::PodTarget;
-use kyverno_runtime_policy::sources::DataSet;
 use kyverno_runtime_policy::values::BehaviorKind;
 use kyverno_runtime_report::{Finding, ReporterHandle};
 use kyverno_runtime_status::{types, NodeReport, Reports};
+use policies::{PolicyOutcome, PolicyState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// At most this many pods are named in a shard's `unresolvedPods`; the
 /// count beside it is exact.
@@ -91,46 +88,6 @@ impl<M> Slot<M> {
         match self {
             Slot::Ready(_) => None,
             Slot::Unavailable(r) => Some(r),
-        }
-    }
-}
-
-struct PolicyState {
-    name: String,
-    uid: String,
-    /// `metadata.generation`: only a spec change bumps it, so status
-    /// writes (ours and other nodes') do not recompile the policy.
-    generation: Option<i64>,
-    mode: Option<RuntimePolicyMode>,
-    active: Vec<BehaviorKind>,
-    outcome: PolicyOutcome,
-    interval: Option<Duration>,
-    next_evaluation: Option<Instant>,
-    evaluated_at: Option<Time>,
-    /// The last data request made for this policy (its data sources are
-    /// fetched before each evaluation), and whether it is still awaited.
-    data_epoch: u64,
-    awaiting_data: bool,
-}
-
-enum PolicyOutcome {
-    /// The compiler refused it: Applied=False/CompileFailed, nothing
-    /// programmed.
-    CompileFailed(String),
-    /// Compiled; `evaluated` is the last successful evaluation (`None`
-    /// until one succeeds) and `evaluate_error` why the last one failed.
-    Compiled {
-        compiled: Box<CompiledPolicy>,
-        evaluated: Option<EvaluationResult>,
-        evaluate_error: Option<String>,
-    },
-}
-
-impl PolicyState {
-    fn target(&self) -> Option<&PodTarget> {
-        match &self.outcome {
-            PolicyOutcome::Compiled { compiled, .. } => Some(&compiled.target),
-            PolicyOutcome::CompileFailed(_) => None,
         }
     }
 }
@@ -323,370 +280,6 @@ impl Engine {
     /// The namespaces it knows.
     pub fn namespace_names(&self) -> BTreeSet<String> {
         self.namespaces.keys().cloned().collect()
-    }
-
-    // ---- policies -------------------------------------------------------------------
-
-    /// A policy was created or changed: compile, evaluate and program it.
-    pub fn apply_policy(&mut self, rp: &RuntimePolicy) {
-        let Some(name) = rp.metadata.name.clone() else {
-            return;
-        };
-        let Some(uid) = rp.metadata.uid.clone() else {
-            return;
-        };
-        let generation = rp.metadata.generation;
-        if let Some(old) = self.policies.get(&name) {
-            if old.uid == uid && generation.is_some() && old.generation == generation {
-                return;
-            }
-        }
-        let behaviors = rp.spec.behaviors.as_deref().unwrap_or_default();
-        let interval = rp.spec.evaluation_interval.as_deref().and_then(|s| {
-            match convert::parse_duration(s) {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    // Admission validates the format; a value that slips
-                    // through means "no periodic re-evaluation", logged.
-                    tracing::warn!(policy = %name, error = %e, "spec.evaluationInterval ignored");
-                    None
-                }
-            }
-        });
-        let outcome = match CompiledPolicy::compile(&rp.spec) {
-            Ok(compiled) => PolicyOutcome::Compiled {
-                compiled: Box::new(compiled),
-                evaluated: None,
-                evaluate_error: None,
-            },
-            Err(errors) => {
-                let message = errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                tracing::warn!(policy = %name, %message, "policy did not compile");
-                PolicyOutcome::CompileFailed(message)
-            }
-        };
-        // A uid change is a delete and a re-create under the same name.
-        if let Some(old) = self.policies.get(&name) {
-            if old.uid != uid {
-                self.delete_policy(&name);
-            }
-        }
-        self.policies.insert(
-            name.clone(),
-            PolicyState {
-                name: name.clone(),
-                uid,
-                generation,
-                mode: rp.spec.mode,
-                active: convert::active_behaviors(behaviors),
-                outcome,
-                interval,
-                next_evaluation: None,
-                evaluated_at: None,
-                data_epoch: self.policies.get(&name).map_or(0, |p| p.data_epoch),
-                awaiting_data: false,
-            },
-        );
-        self.evaluate(&name);
-        self.observe_policy(&name);
-        self.refresh_reports();
-    }
-
-    /// A policy was deleted: unprogram it and stop reporting on it.
-    pub fn delete_policy(&mut self, name: &str) {
-        let Some(state) = self.policies.remove(name) else {
-            return;
-        };
-        if let Some(f) = &self.fetcher {
-            f.cancel(name);
-        }
-        if let Ok(id) = PolicyId::new(state.uid.clone()) {
-            let mut failures = Vec::new();
-            if let Some(m) = self.openexec.get() {
-                failures.extend(m.delete_policy(&id).iter().map(ToString::to_string));
-            }
-            if let Some(m) = self.egress.get() {
-                failures.extend(m.delete_policy(&id).iter().map(ToString::to_string));
-            }
-            if let Some(m) = self.protocol.get() {
-                failures.extend(m.delete_policy(&id).iter().map(ToString::to_string));
-            }
-            if let Some(m) = self.dns.get() {
-                failures.extend(m.delete_policy(&id).iter().map(ToString::to_string));
-            }
-            for f in failures {
-                tracing::error!(policy = %name, failure = %f, "unprogramming a deleted policy failed");
-            }
-        }
-        self.failures.remove(&state.uid);
-        self.rejections.remove(&state.uid);
-        self.reports.remove(name);
-        self.observe_policy(name);
-        self.refresh_reports();
-    }
-
-    /// Re-evaluates every policy whose `evaluationInterval` has come due,
-    /// and retries the exec tracer's gate operations that failed.
-    pub fn evaluate_due(&mut self, now: Instant) {
-        self.retry_exec_trace(now);
-        let due: Vec<String> = self
-            .policies
-            .values()
-            .filter(|p| p.next_evaluation.is_some_and(|t| t <= now))
-            .map(|p| p.name.clone())
-            .collect();
-        for name in &due {
-            self.evaluate(name);
-            self.observe_policy(name);
-        }
-        if !due.is_empty() {
-            self.refresh_reports();
-        }
-    }
-
-    /// The next time [`Engine::evaluate_due`] has work.
-    pub fn next_due(&self) -> Option<Instant> {
-        self.policies
-            .values()
-            .filter_map(|p| p.next_evaluation)
-            .chain(self.plane.gate_retry_due())
-            .min()
-    }
-
-    /// Evaluates a policy (on a spec change or its interval): at once if it
-    /// reads no data source, else once its data has been fetched (see
-    /// [`Engine::data_ready`]); the watch loop never waits on the network.
-    fn evaluate(&mut self, name: &str) {
-        let Some(state) = self.policies.get_mut(name) else {
-            return;
-        };
-        state.next_evaluation = state.interval.map(|d| Instant::now() + d);
-        let PolicyOutcome::Compiled { compiled, .. } = &state.outcome else {
-            state.evaluated_at = Some(now());
-            return;
-        };
-        let sources = compiled.sources().to_vec();
-        if let (false, Some(fetcher)) = (sources.is_empty(), &self.fetcher) {
-            if state.awaiting_data {
-                // The interval came round while the last fetch is still
-                // under way (each is bounded by FETCH_TIMEOUT): let it
-                // finish rather than restart it, which, with an interval
-                // shorter than a slow source, would never evaluate. A spec
-                // change starts a fresh state, and so a fresh fetch.
-                tracing::debug!(policy = %name, "data sources still being fetched");
-                return;
-            }
-            state.data_epoch += 1;
-            state.awaiting_data = true;
-            fetcher.request(DataRequest {
-                policy: name.to_string(),
-                uid: state.uid.clone(),
-                epoch: state.data_epoch,
-                sources,
-            });
-            return;
-        }
-        self.evaluate_with(name, &DataSet::new());
-    }
-
-    /// A policy's data has been fetched: evaluate it over that data and
-    /// program the result (unless the policy changed or was deleted
-    /// meanwhile, or a newer request is under way).
-    pub fn data_ready(&mut self, ready: DataReady) {
-        let Some(state) = self.policies.get_mut(&ready.policy) else {
-            return;
-        };
-        if state.uid != ready.uid || state.data_epoch != ready.epoch || !state.awaiting_data {
-            tracing::debug!(policy = %ready.policy, epoch = ready.epoch, "stale data ignored");
-            return;
-        }
-        state.awaiting_data = false;
-        tracing::debug!(policy = %ready.policy, sources = ready.data.len(), took = ?ready.took, "data sources fetched");
-        self.evaluate_with(&ready.policy, &ready.data);
-        self.observe_policy(&ready.policy);
-        self.refresh_reports();
-    }
-
-    /// Evaluates a policy over `data` and programs the result; on failure
-    /// the last good lists stay programmed.
-    fn evaluate_with(&mut self, name: &str, data: &DataSet) {
-        let Some(state) = self.policies.get_mut(name) else {
-            return;
-        };
-        state.evaluated_at = Some(now());
-        let uid = state.uid.clone();
-        let PolicyOutcome::Compiled {
-            compiled,
-            evaluated,
-            evaluate_error,
-        } = &mut state.outcome
-        else {
-            return;
-        };
-        let (evaluation, cost) = compiled.evaluate_costed(data);
-        match evaluation {
-            Ok(result) => {
-                let changed = evaluated.as_ref().map(|e| &e.behaviors) != Some(&result.behaviors);
-                if changed && !compiled.sources().is_empty() {
-                    // Data-driven lists changed: worth a line, with what
-                    // they are now.
-                    tracing::info!(policy = %name, lists = %summary(&result), cost, "policy evaluated over fetched data: its lists changed");
-                }
-                *evaluated = Some(result);
-                *evaluate_error = None;
-            }
-            Err(errors) => {
-                // The last good lists stay programmed: a data source that
-                // fails for one interval must not drop enforcement.
-                let message = errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                tracing::warn!(policy = %name, %message, "policy evaluation failed");
-                *evaluate_error = Some(message);
-            }
-        }
-        let target = compiled.target.clone();
-        let Some(result) = evaluated.clone() else {
-            return;
-        };
-        let Some(mode) = kernel_mode(state.mode) else {
-            return;
-        };
-        let Ok(id) = PolicyId::new(uid.clone()) else {
-            return;
-        };
-        // The monitor learns the lists before the kernel does, so the
-        // first refusal they cause already names this policy (the callers
-        // settle it with observe_policy once the kernel holds them).
-        self.stage_policy(name);
-        let mut failures = Vec::new();
-        let mut rejections = Rejections {
-            warnings: Warnings::of(&result),
-            ..Rejections::default()
-        };
-        // Logged when they change, not on every re-evaluation.
-        if self.rejections.get(&uid).map(|r| &r.warnings) != Some(&rejections.warnings) {
-            let w = &rejections.warnings;
-            for warning in w.network.iter().chain(&w.open).chain(&w.exec) {
-                tracing::warn!(policy = %name, %warning, "a policy value is accepted but cannot match as written");
-            }
-        }
-        if let Some(m) = self.openexec.get() {
-            let outcome = m.upsert_policy(OpenExecPolicy {
-                id: id.clone(),
-                name: name.to_string(),
-                mode,
-                target: target.clone(),
-                open: BehaviorLists::merge(&result, BehaviorKind::Open),
-                exec: BehaviorLists::merge(&result, BehaviorKind::Exec),
-            });
-            for r in &outcome.rejections {
-                // The path names the side (`...open.deny`), which is how the
-                // two spec conditions are told apart.
-                if r.path.contains(".exec") {
-                    rejections.exec.push(r.to_string());
-                } else {
-                    rejections.open.push(r.to_string());
-                }
-            }
-            failures.extend(outcome.failures.iter().map(ToString::to_string));
-        }
-        if let Some(m) = self.egress.get() {
-            let outcome = m.upsert_policy(NetworkPolicy {
-                id: id.clone(),
-                name: name.to_string(),
-                mode,
-                target: target.clone(),
-                network: BehaviorLists::merge(&result, BehaviorKind::Network),
-            });
-            rejections
-                .network
-                .extend(outcome.rejections.iter().map(ToString::to_string));
-            failures.extend(outcome.failures.iter().map(ToString::to_string));
-        }
-        if let Some(m) = self.protocol.get() {
-            let outcome = m.upsert_policy(ProtocolPolicy {
-                id: id.clone(),
-                name: name.to_string(),
-                mode,
-                target: target.clone(),
-                protocol: BehaviorLists::merge(&result, BehaviorKind::Protocol),
-            });
-            rejections
-                .network
-                .extend(outcome.rejections.iter().map(ToString::to_string));
-            failures.extend(outcome.failures.iter().map(ToString::to_string));
-        }
-        if let Some(m) = self.dns.get() {
-            let outcome = m.upsert_policy(DnsPolicy {
-                id,
-                name: name.to_string(),
-                mode,
-                target,
-                dns: BehaviorLists::merge(&result, BehaviorKind::Dns),
-            });
-            rejections
-                .network
-                .extend(outcome.rejections.iter().map(ToString::to_string));
-            failures.extend(outcome.failures.iter().map(ToString::to_string));
-        }
-        self.parse_unserved(mode, &result, &mut rejections);
-        for f in &failures {
-            tracing::error!(policy = %name, failure = %f, "programming the policy failed");
-        }
-        self.failures.insert(uid.clone(), failures);
-        self.rejections.insert(uid, rejections);
-    }
-
-    /// Parses the values of the behaviors no manager of this node took
-    /// (its backend is unavailable here) with the managers' own compile
-    /// functions, so TargetsValid, OpenRulesValid and ExecRulesValid, which
-    /// every node writes verbatim, give the same answer on a node that
-    /// cannot serve a behavior as on one that can. (One part of
-    /// TargetsValid stays the node's: a domain is refused where the DNS
-    /// answer snooper is, since it cannot be served there.)
-    fn parse_unserved(
-        &self,
-        mode: kyverno_runtime_enforce::openexec::Mode,
-        result: &EvaluationResult,
-        into: &mut Rejections,
-    ) {
-        use kyverno_runtime_enforce::{dns, egress, openexec, protocol};
-        let lists = |kind| BehaviorLists::merge(result, kind);
-        if self.openexec.get_ref().is_none() {
-            let (_, open) = openexec::compile_paths(mode, lists(BehaviorKind::Open).as_ref());
-            into.open.extend(open.iter().map(ToString::to_string));
-            let (_, exec) = openexec::compile_paths(mode, lists(BehaviorKind::Exec).as_ref());
-            into.exec.extend(exec.iter().map(ToString::to_string));
-        }
-        if self.egress.get_ref().is_none() {
-            let services = kyverno_runtime_enforce::names::ServiceAddresses::new();
-            let names = egress::NameContext {
-                services: &services,
-                domains: Ok(()),
-            };
-            let compiled =
-                egress::compile_network(mode, lists(BehaviorKind::Network).as_ref(), &names);
-            into.network
-                .extend(compiled.rejections.iter().map(ToString::to_string));
-        }
-        if self.protocol.get_ref().is_none() {
-            let (_, refused) =
-                protocol::compile_protocol(mode, lists(BehaviorKind::Protocol).as_ref());
-            into.network.extend(refused.iter().map(ToString::to_string));
-        }
-        if self.dns.get_ref().is_none() {
-            if let Some(l) = lists(BehaviorKind::Dns) {
-                let (_, refused) = dns::NameMatcher::compile(&l);
-                into.network.extend(refused.iter().map(ToString::to_string));
-            }
-        }
     }
 
     // ---- namespaces and pods --------------------------------------------------------
@@ -958,13 +551,22 @@ impl Engine {
     /// pods have synced: anything held that no current policy wants is
     /// removed.
     pub fn reconcile_adopted(&mut self) {
+        // A policy not yet evaluated (its data still being fetched, its
+        // source down, its spec failing) keeps what was pinned for it.
+        let pending = self.pending_policies();
+        if !pending.is_empty() {
+            tracing::info!(
+                policies = pending.len(),
+                "policies not evaluated yet keep what a previous daemon pinned for them"
+            );
+        }
         if let Some(m) = self.openexec.get() {
-            for f in m.reconcile_adopted() {
+            for f in m.reconcile_adopted(&pending) {
                 tracing::error!(failure = %f, "reconciling adopted open/exec state failed");
             }
         }
         if let Some(m) = self.egress.get() {
-            for f in m.reconcile_adopted() {
+            for f in m.reconcile_adopted(&pending) {
                 tracing::error!(failure = %f, "reconciling adopted egress state failed");
             }
         }
@@ -993,6 +595,11 @@ impl Engine {
         };
         let active: Vec<String> = p.active.iter().map(|k| k.as_str().to_string()).collect();
         if let PolicyOutcome::CompileFailed(message) = &p.outcome {
+            // What stays in force is the node's to say.
+            shard.message = p
+                .in_force
+                .as_ref()
+                .map(|f| in_force_message("the spec did not compile", &f.stale(p.generation)));
             return Some(NodeReport {
                 shard,
                 spec_conditions: Vec::new(),
@@ -1041,16 +648,28 @@ impl Engine {
         }
         if let PolicyOutcome::Compiled {
             evaluate_error,
-            evaluated,
             compiled,
         } = &p.outcome
         {
-            match (evaluated, evaluate_error) {
+            let stale = p.in_force.as_ref().map(|f| f.stale(p.generation));
+            match (stale, evaluate_error) {
                 (None, Some(e)) => missing.push(format!("evaluation failed: {e}")),
                 (None, None) if p.awaiting_data => missing.push(format!(
                     "evaluation pending: fetching {} data source(s)",
                     compiled.sources().len()
                 )),
+                (Some(stale), Some(e)) => {
+                    missing.push(in_force_message(&format!("evaluation failed: {e}"), &stale))
+                }
+                (Some(stale), None) if p.awaiting_data && !stale.is_empty() => {
+                    missing.push(in_force_message(
+                        &format!(
+                            "evaluation pending: fetching {} data source(s)",
+                            compiled.sources().len()
+                        ),
+                        &stale,
+                    ))
+                }
                 _ => {}
             }
         }
@@ -1224,6 +843,19 @@ impl Engine {
     }
 }
 
+/// Why a policy's current generation is not wholly in force, and which
+/// behaviors' lists are from an older one (`stale`, see
+/// [`policies::InForce::stale`]).
+fn in_force_message(why: &str, stale: &[String]) -> String {
+    if stale.is_empty() {
+        return why.to_string();
+    }
+    format!(
+        "{why}; the last good lists stay in force for {}",
+        first_few(stale)
+    )
+}
+
 /// The first [`REJECTIONS_SHOWN`] of `list` joined by `; `, and how many
 /// more there are.
 fn first_few(list: &[String]) -> String {
@@ -1239,43 +871,6 @@ fn first_few(list: &[String]) -> String {
         out.push_str(&format!("; and {more} more"));
     }
     out
-}
-
-/// A policy's evaluated lists in one bounded line (the first values of
-/// each list and how many more).
-fn summary(result: &EvaluationResult) -> String {
-    const SHOWN: usize = 8;
-    let list = |values: &[String]| {
-        let mut out = values
-            .iter()
-            .take(SHOWN)
-            .map(|v| bounded(v, 64))
-            .collect::<Vec<_>>()
-            .join(", ");
-        if values.len() > SHOWN {
-            out.push_str(&format!(", … ({} in all)", values.len()));
-        }
-        format!("[{out}]")
-    };
-    result
-        .behaviors
-        .iter()
-        .map(|b| {
-            format!(
-                "behaviors[{}].{}: allow {} deny {}{}",
-                b.index,
-                b.kind,
-                list(&b.allow),
-                list(&b.deny),
-                if b.default_deny {
-                    " (default deny)"
-                } else {
-                    ""
-                }
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 fn now() -> Time {

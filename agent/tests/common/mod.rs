@@ -297,6 +297,7 @@ pub struct ListServer {
     /// Where it listens.
     pub addr: std::net::SocketAddr,
     state: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    delay: std::sync::Arc<std::sync::Mutex<Duration>>,
 }
 
 impl ListServer {
@@ -306,10 +307,14 @@ impl ListServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let state = std::sync::Arc::new(std::sync::Mutex::new(Some(body.to_string())));
+        let delay = std::sync::Arc::new(std::sync::Mutex::new(Duration::ZERO));
         let shared = state.clone();
+        let slow = delay.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { continue };
+                let wait = *slow.lock().unwrap();
+                std::thread::sleep(wait);
                 let body = shared.lock().unwrap().clone();
                 let Some(body) = body else {
                     drop(conn);
@@ -328,7 +333,12 @@ impl ListServer {
                 );
             }
         });
-        ListServer { addr, state }
+        ListServer { addr, state, delay }
+    }
+
+    /// Answers each request only after `wait` from now on (a slow source).
+    pub fn delay(&self, wait: Duration) {
+        *self.delay.lock().unwrap() = wait;
     }
 
     /// Serves `body` from now on.

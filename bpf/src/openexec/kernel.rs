@@ -174,14 +174,14 @@ fn pin_err(path: &Path, message: impl std::fmt::Display) -> OpenExecError {
 }
 
 impl Inner {
-    pub(super) fn load(hooks: Hooks, pin_dir: Option<&Path>) -> Result<Self> {
+    pub(super) fn load(hooks: Hooks, pin_dir: Option<&Path>, paths: Option<u32>) -> Result<Self> {
         let Some(dir) = pin_dir else {
-            return Self::load_once(hooks, None);
+            return Self::load_once(hooks, None, paths);
         };
         // Marked as ours before the first pin goes in (and refused when it
         // is not a bpffs directory of this layout).
         pins::claim(dir, &pins::OPENEXEC).map_err(|e| pin_err(dir, e))?;
-        match Self::load_once(hooks, Some(dir)) {
+        match Self::load_once(hooks, Some(dir), paths) {
             Ok(inner) => Ok(inner),
             // Pinned maps this object cannot reuse (another layout): start
             // from fresh maps. The old links keep the old maps alive and
@@ -195,13 +195,13 @@ impl Inner {
                         std::fs::remove_file(&path).map_err(|e| pin_err(&path, e))?;
                     }
                 }
-                Self::load_once(hooks, Some(dir))
+                Self::load_once(hooks, Some(dir), paths)
             }
             Err(e) => Err(e),
         }
     }
 
-    fn load_once(hooks: Hooks, pin_dir: Option<&Path>) -> Result<Self> {
+    fn load_once(hooks: Hooks, pin_dir: Option<&Path>, paths: Option<u32>) -> Result<Self> {
         let (bytes, programs) = match hooks {
             Hooks::BpfLsm => (lsm::OBJECT, LSM_PROGRAMS),
             Hooks::FmodRet => (fmod_ret::OBJECT, FMOD_RET_PROGRAMS),
@@ -215,6 +215,18 @@ impl Inner {
                     hooks: hooks.name(),
                     message: format!("{e:#}"),
                 })?;
+        if let Some(paths) = paths {
+            for mut map in open.maps_mut() {
+                let name = map.name().to_str().unwrap_or_default().to_owned();
+                if [OPEN_PATHS, EXEC_PATHS, NAMES].contains(&name.as_str()) {
+                    map.set_max_entries(paths)
+                        .map_err(|e| OpenExecError::Open {
+                            hooks: hooks.name(),
+                            message: format!("sizing map {name}: {e:#}"),
+                        })?;
+                }
+            }
+        }
         if let Some(dir) = pin_dir {
             for mut map in open.maps_mut() {
                 let name = map.name().to_str().unwrap_or_default().to_owned();

@@ -518,7 +518,15 @@ impl OpenExec {
     /// pinned ones only once attached; maps of another layout version are
     /// discarded and recreated. Without it, nothing outlives the handle.
     pub fn load(hooks: Hooks, pin_dir: Option<&Path>) -> Result<Self> {
-        imp::Inner::load(hooks, pin_dir).map(|inner| Self { inner })
+        imp::Inner::load(hooks, pin_dir, None).map(|inner| Self { inner })
+    }
+
+    /// [`Self::load`] without pins, with room for only `paths` entries in
+    /// each path map and the name map: a map made small so that it fills
+    /// on purpose (what the tests of a failed update use; the kernel's
+    /// own "full" error, not an imitation of it).
+    pub fn load_with_path_capacity(hooks: Hooks, paths: u32) -> Result<Self> {
+        imp::Inner::load(hooks, None, Some(paths)).map(|inner| Self { inner })
     }
 
     /// The hooks this object attached.

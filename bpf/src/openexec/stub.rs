@@ -12,7 +12,7 @@ use super::{
 pub(super) enum Inner {}
 
 impl Inner {
-    pub(super) fn load(_: Hooks, _: Option<&Path>) -> Result<Self> {
+    pub(super) fn load(_: Hooks, _: Option<&Path>, _: Option<u32>) -> Result<Self> {
         Err(OpenExecError::NotBuilt)
     }
     pub(super) fn hooks(&self) -> Hooks {

@@ -15,7 +15,7 @@
 //! the refusal records, or from the counters for what a cgroup's record
 //! budget left out.
 
-use super::{Engine, PolicyOutcome, Slot};
+use super::{Engine, Slot};
 use kyverno_runtime_api::runtimepolicy::RuntimePolicyMode;
 use kyverno_runtime_bpf::dns::DnsQuestion;
 use kyverno_runtime_bpf::egress::Evictions;
@@ -177,9 +177,9 @@ impl Engine {
         self
     }
 
-    /// Hands a policy's current form to the monitor (or takes it away when
-    /// it did not compile, has no successful evaluation, or has no mode the
-    /// engine reports in), and re-gates the exec tracer.
+    /// Hands a policy's form in force to the monitor (or takes it away when
+    /// nothing of it is in force, or it has no mode the engine reports in),
+    /// and re-gates the exec tracer.
     pub(super) fn observe_policy(&mut self, name: &str) {
         let monitor = &self.plane.parts.monitor;
         match self.monitor_form(name) {
@@ -204,24 +204,15 @@ impl Engine {
     /// no successful evaluation, or has no mode the engine reports in.
     fn monitor_form(&self, name: &str) -> Option<MonitorPolicy> {
         let p = self.policies.get(name)?;
-        match (&p.outcome, p.mode) {
-            (
-                PolicyOutcome::Compiled {
-                    compiled,
-                    evaluated: Some(result),
-                    ..
-                },
-                Some(mode),
-            ) => Some(MonitorPolicy::new(
-                p.name.clone(),
-                p.uid.clone(),
-                mode,
-                compiled.target.clone(),
-                result,
-                compiled.monitor_filter.clone(),
-            )),
-            _ => None,
-        }
+        let in_force = p.in_force.as_ref()?;
+        Some(MonitorPolicy::new(
+            p.name.clone(),
+            p.uid.clone(),
+            p.mode?,
+            in_force.target.clone(),
+            &in_force.result,
+            in_force.filters.clone(),
+        ))
     }
 
     /// A namespace's labels changed (or it is gone: `None`).

@@ -2,7 +2,8 @@
 //! unavailable, the exec tracer's gate a fake): what it reports, when it
 //! re-evaluates, what it skips.
 use super::*;
-use kyverno_runtime_api::runtimepolicy::RuntimePolicySpec;
+use kyverno_runtime_api::runtimepolicy::{RuntimePolicy, RuntimePolicySpec};
+use std::time::{Duration, Instant};
 
 fn engine() -> (Engine, Reports, tempfile::TempDir) {
     engine_with(None)
@@ -495,5 +496,141 @@ fn a_value_that_cannot_match_is_a_warning_in_its_condition() {
             "Valid".into(),
             "every open value is programmed".into()
         )
+    );
+}
+
+/// The network and exec lists in force, with their generations.
+fn in_force(e: &Engine, name: &str) -> Vec<(String, Vec<String>, Option<i64>)> {
+    let f = e.policies[name]
+        .in_force
+        .as_ref()
+        .unwrap_or_else(|| panic!("nothing in force for {name}"));
+    f.result
+        .behaviors
+        .iter()
+        .zip(&f.generations)
+        .map(|(b, g)| (b.kind.to_string(), b.deny.clone(), *g))
+        .collect()
+}
+
+fn selects(e: &Engine, name: &str, app: &str) -> bool {
+    e.policies[name]
+        .target()
+        .is_some_and(|t| t.matches(&BTreeMap::new(), &[("app".into(), app.into())].into()))
+}
+
+#[test]
+fn a_failed_edit_takes_its_mode_and_selector_and_keeps_the_last_good_lists() {
+    let (mut e, reports, _dir) = engine();
+    let monitor = e.plane.parts.monitor.clone();
+    e.apply_policy(&policy(
+        "p",
+        1,
+        serde_json::json!({"mode": "enforce", "podSelector": {"matchLabels": {"app": "a"}},
+        "behaviors": [{"network": {"deny": {"values": ["10.0.0.9"]}}},
+                      {"exec": {"deny": {"values": ["/bin/sh"]}}}]}),
+    ));
+    let v = |s: &str| vec![s.to_string()];
+    assert_eq!(
+        in_force(&e, "p"),
+        [
+            ("network".into(), v("10.0.0.9"), Some(1)),
+            ("exec".into(), v("/bin/sh"), Some(1))
+        ]
+    );
+
+    // The operator's lever: monitor, another selector, and a network deny
+    // that fails at run time; the exec list changes and evaluates.
+    e.apply_policy(&policy(
+        "p",
+        2,
+        serde_json::json!({"mode": "monitor", "podSelector": {"matchLabels": {"app": "b"}},
+        "behaviors": [{"network": {"deny": {"expression": "[string(int('x'))]"}}},
+                      {"exec": {"deny": {"values": ["/bin/bash"]}}}]}),
+    ));
+    assert_eq!(e.policies["p"].mode, Some(RuntimePolicyMode::Monitor));
+    assert!(selects(&e, "p", "b") && !selects(&e, "p", "a"));
+    assert_eq!(
+        in_force(&e, "p"),
+        [
+            ("network".into(), v("10.0.0.9"), Some(1)),
+            ("exec".into(), v("/bin/bash"), Some(2))
+        ]
+    );
+    assert_eq!(monitor.policy_count(), 1, "the monitor keeps judging by it");
+    let r = report(&reports, "p");
+    let message = r.shard.message.unwrap_or_default();
+    assert!(
+        message.contains("evaluation failed: spec.behaviors[0].network.deny.expression")
+            && message.contains(
+                "the last good lists stay in force for spec.behaviors[0].network (generation 1)"
+            )
+            && !message.contains("exec (generation"),
+        "{message}"
+    );
+    assert_eq!(r.shard.observation_available, Some(false));
+
+    // A spec that does not compile: its mode and selector still apply.
+    e.apply_policy(&policy(
+        "p",
+        3,
+        serde_json::json!({"mode": "enforce", "podSelector": {"matchLabels": {"app": "c"}},
+        "behaviors": [{"network": {"deny": {"expression": "1 + 2"}}}]}),
+    ));
+    assert_eq!(e.policies["p"].mode, Some(RuntimePolicyMode::Enforce));
+    assert!(selects(&e, "p", "c") && !selects(&e, "p", "b"));
+    assert_eq!(
+        in_force(&e, "p"),
+        [
+            ("network".into(), v("10.0.0.9"), Some(1)),
+            ("exec".into(), v("/bin/bash"), Some(2))
+        ]
+    );
+    let r = report(&reports, "p");
+    assert!(r.compile_error.is_some());
+    assert_eq!(
+        r.shard.message.as_deref(),
+        Some("the spec did not compile; the last good lists stay in force for spec.behaviors[0].network (generation 1); spec.behaviors[1].exec (generation 2)")
+    );
+    assert_eq!(monitor.policy_count(), 1);
+
+    // A good edit replaces everything; behaviors it dropped go.
+    e.apply_policy(&policy(
+        "p",
+        4,
+        serde_json::json!({"mode": "enforce", "podSelector": {"matchLabels": {"app": "c"}},
+        "behaviors": [{"network": {"deny": {"values": ["10.0.0.10"]}}}]}),
+    ));
+    assert_eq!(
+        in_force(&e, "p"),
+        [("network".into(), v("10.0.0.10"), Some(4))]
+    );
+    let r = report(&reports, "p");
+    assert!(r.compile_error.is_none());
+    assert!(
+        !r.shard.message.unwrap_or_default().contains("in force"),
+        "nothing stale"
+    );
+}
+
+#[test]
+fn a_policy_that_never_evaluated_in_full_puts_nothing_in_force() {
+    let (mut e, reports, _dir) = engine();
+    e.apply_policy(&policy(
+        "p",
+        1,
+        serde_json::json!({"mode": "enforce",
+        "behaviors": [{"network": {"deny": {"expression": "[string(int('x'))]"}}},
+                      {"exec": {"deny": {"values": ["/bin/sh"]}}}]}),
+    ));
+    // Half of a policy can allow what its other half denies: nothing of
+    // it is programmed, and it is pending (a restart keeps its pins).
+    assert!(e.policies["p"].in_force.is_none());
+    assert_eq!(e.pending_policies().len(), 1);
+    let message = report(&reports, "p").shard.message.unwrap_or_default();
+    assert!(
+        message.contains("evaluation failed: spec.behaviors[0].network.deny.expression")
+            && !message.contains("in force"),
+        "{message}"
     );
 }
