@@ -82,8 +82,9 @@ pub(super) fn failed_update_then_shrink(env: &Env) -> Result<(), String> {
 }
 
 /// Path bits of an observe slot left in the pinned maps (an interrupted
-/// change) are cleared when a restarted daemon adopts them: an enforce
-/// policy that takes the slot later does not inherit them.
+/// change) are cleared when a restarted daemon adopts them: the monitor
+/// policy holding the slot refuses nothing, and an enforce policy that
+/// takes the slot later does not inherit them.
 pub(super) fn an_observe_slots_leftover_bits_are_cleared_on_adoption(
     env: &Env,
 ) -> Result<(), String> {
@@ -119,6 +120,15 @@ pub(super) fn an_observe_slots_leftover_bits_are_cleared_on_adoption(
         slot
     };
     let mut m = env.manager(Some(pins));
+    // The kernel refuses by any bound slot's deny bits: left in place,
+    // the bit would make the monitor policy refuse.
+    x.case(
+        "the adopted monitor slot refuses nothing",
+        Some(&a),
+        "exec",
+        &bin("a"),
+        Done,
+    );
     policy("mon", "web", Mode::Monitor)
         .exec(&[], &[&bin("a")])
         .apply(&mut m);
