@@ -611,6 +611,30 @@ fn a_failed_edit_takes_its_mode_and_selector_and_keeps_the_last_good_lists() {
         !r.shard.message.unwrap_or_default().contains("in force"),
         "nothing stale"
     );
+
+    // An edit whose data cannot be had (no fetcher here: the expression
+    // needs live data), to monitor: generation 4's list stays, under the
+    // new mode.
+    e.apply_policy(&policy(
+        "p",
+        5,
+        serde_json::json!({"mode": "monitor", "podSelector": {"matchLabels": {"app": "c"}},
+        "behaviors": [{"network": {"deny": {"expression":
+            "resource.get('v1', 'configmaps', 'd', 'c').data.hosts.split(',')"}}}]}),
+    ));
+    assert_eq!(e.policies["p"].mode, Some(RuntimePolicyMode::Monitor));
+    assert_eq!(
+        in_force(&e, "p"),
+        [("network".into(), v("10.0.0.10"), Some(4))]
+    );
+    let message = report(&reports, "p").shard.message.unwrap_or_default();
+    assert!(
+        message.contains("needs live data")
+            && message.contains(
+                "the last good lists stay in force for spec.behaviors[0].network (generation 4)"
+            ),
+        "{message}"
+    );
 }
 
 #[test]
