@@ -1,0 +1,412 @@
+//! Driver (a) and (d): the real compiler, the real managers over the
+//! reference backends (`FakeEnforcer`: the state a kernel backend would be
+//! programmed with, decided in userspace) and the real monitor, checked
+//! against the model ([`crate::model`]).
+//!
+//! What each event is checked on:
+//!
+//! - open, exec, network: the refusal the managers' programmed state
+//!   makes for the pod's cgroup, and the findings the monitor makes of the
+//!   event with that refusal;
+//! - protocol: the monitor's findings, given the model's refusal (the
+//!   classifier decides in the kernel; its driver is the BPF one);
+//! - dns: the monitor's findings (dns never refuses).
+
+use crate::model::{self, Cluster, Decision, Event, Finding, Kind, Mode, Outcome, Policy};
+use kyverno_runtime_api::runtimepolicy::{RuntimePolicyMode, RuntimePolicySpec};
+use kyverno_runtime_compat::{Backend, Behavior as CompatBehavior};
+use kyverno_runtime_enforce::egress::{
+    ContainerCgroup, Destination, EgressManager, NetworkPod, NetworkPolicy,
+};
+use kyverno_runtime_enforce::fake::FakeEnforcer;
+use kyverno_runtime_enforce::names::ServiceName;
+use kyverno_runtime_enforce::openexec::{self, OpenExecManager, OpenExecPolicy, Pod};
+use kyverno_runtime_enforce::{PolicyId, Program};
+use kyverno_runtime_plane::collector::Sink as _;
+use kyverno_runtime_plane::{
+    Event as PlaneEvent, Facts, FindingSink, KernelVerdict, Monitor, MonitorPolicy, PodRef,
+};
+use kyverno_runtime_policy::compile::{CompiledPolicy, EvaluationResult};
+use kyverno_runtime_policy::rule::{self, BehaviorLists, Matches};
+use kyverno_runtime_policy::values::{AbsPath, BehaviorKind};
+use kyverno_runtime_report as report;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// The pod every event comes from: one container cgroup.
+const CGROUP: u64 = 1;
+const POD_UID: &str = "pod-uid";
+
+/// Takes the monitor's findings.
+#[derive(Default)]
+struct Capture(Mutex<Vec<report::Finding>>);
+
+impl FindingSink for Capture {
+    fn submit(&self, finding: report::Finding) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(finding);
+    }
+}
+
+impl Capture {
+    fn take(&self) -> Vec<report::Finding> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+type OpenExec = OpenExecManager<FakeEnforcer<AbsPath>, FakeEnforcer<AbsPath>>;
+
+/// The product's layers from the compiler to the managers and the monitor,
+/// for one pod.
+pub struct System {
+    openexec: OpenExec,
+    egress: EgressManager<FakeEnforcer<Destination>>,
+    monitor: Monitor,
+    capture: Arc<Capture>,
+    pod: Arc<PodRef>,
+    cluster: Cluster,
+}
+
+/// What the product did with one event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// The refusal its programmed state makes (`None`: not decided here).
+    pub refused: Option<bool>,
+    /// The monitor's findings.
+    pub findings: BTreeSet<Finding>,
+}
+
+/// Why a case could not even be run.
+#[derive(Debug)]
+pub struct SetupError(pub String);
+
+fn labels(selects: bool) -> BTreeMap<String, String> {
+    [(
+        "app".to_owned(),
+        if selects { "web" } else { "other" }.to_owned(),
+    )]
+    .into()
+}
+
+/// The spec a user would write for `p` (its selector selects the pod
+/// exactly when `p.selects`).
+pub fn spec(p: &Policy) -> serde_json::Value {
+    let behaviors: Vec<serde_json::Value> = p
+        .behaviors
+        .iter()
+        .map(|b| {
+            let mut lists = serde_json::Map::new();
+            if !b.allow.is_empty() {
+                lists.insert("allow".into(), serde_json::json!({"values": b.allow}));
+            }
+            if !b.deny.is_empty() {
+                lists.insert("deny".into(), serde_json::json!({"values": b.deny}));
+            }
+            serde_json::json!({ b.kind.as_str(): lists })
+        })
+        .collect();
+    serde_json::json!({
+        "mode": match p.mode { Mode::Monitor => "monitor", Mode::Enforce => "enforce" },
+        "podSelector": {"matchLabels": {"app": if p.selects { "web" } else { "nobody" }}},
+        "behaviors": behaviors,
+    })
+}
+
+/// Compiles and evaluates `p` as the daemon does.
+fn compile(p: &Policy) -> Result<(CompiledPolicy, EvaluationResult), SetupError> {
+    let spec: RuntimePolicySpec = serde_json::from_value(spec(p))
+        .map_err(|e| SetupError(format!("{}: the spec does not parse: {e}", p.name)))?;
+    let compiled = CompiledPolicy::compile(&spec).map_err(|e| {
+        SetupError(format!(
+            "{}: the compiler refused a valid policy: {}",
+            p.name,
+            e.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+    })?;
+    let result = compiled.evaluate().map_err(|e| {
+        SetupError(format!(
+            "{}: evaluation failed: {}",
+            p.name,
+            e.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+    })?;
+    Ok((compiled, result))
+}
+
+impl System {
+    /// A pod (its cgroup bound nowhere yet) and no policy, in `cluster`
+    /// (its Services listed, as the daemon's watch does).
+    pub fn new(cluster: &Cluster) -> Result<Self, SetupError> {
+        let fake = |b| FakeEnforcer::new(b, Backend::BpfLsm);
+        let mut openexec =
+            OpenExecManager::new(fake(CompatBehavior::Open), fake(CompatBehavior::Exec))
+                .map_err(|e| SetupError(e.to_string()))?;
+        let mut egress = EgressManager::new(FakeEnforcer::new(
+            CompatBehavior::Network,
+            Backend::CgroupSkbEgress,
+        ))
+        .map_err(|e| SetupError(e.to_string()))?;
+        openexec.reconcile_adopted(&BTreeSet::new());
+        egress.reconcile_adopted(&BTreeSet::new());
+        for (namespace, name, addrs) in &cluster.services {
+            egress.set_service_addresses(
+                ServiceName::new(namespace.clone(), name.clone()),
+                Some(addrs.iter().copied().collect()),
+            );
+        }
+        egress.services_synced();
+        let pod_labels = labels(true);
+        openexec.upsert_pod(Pod {
+            uid: POD_UID.into(),
+            namespace: "default".into(),
+            name: "web".into(),
+            labels: pod_labels.clone(),
+            namespace_labels: BTreeMap::new(),
+            cgroups: vec![CGROUP],
+        });
+        egress.upsert_pod(NetworkPod {
+            uid: POD_UID.into(),
+            namespace: "default".into(),
+            name: "web".into(),
+            labels: pod_labels.clone(),
+            namespace_labels: BTreeMap::new(),
+            cgroups: vec![ContainerCgroup {
+                id: CGROUP,
+                path: PathBuf::from("/sys/fs/cgroup/differential"),
+            }],
+        });
+        let capture = Arc::new(Capture::default());
+        let monitor = Monitor::new(vec![capture.clone() as Arc<dyn FindingSink>], None);
+        monitor.set_namespace("default", BTreeMap::new());
+        Ok(System {
+            openexec,
+            egress,
+            monitor,
+            capture,
+            pod: Arc::new(PodRef {
+                namespace: "default".into(),
+                name: "web".into(),
+                uid: POD_UID.into(),
+                labels: pod_labels,
+                ..PodRef::default()
+            }),
+            cluster: cluster.clone(),
+        })
+    }
+
+    /// Adds or replaces a policy, as the daemon programs one.
+    pub fn apply(&mut self, p: &Policy) -> Result<(), SetupError> {
+        let (compiled, result) = compile(p)?;
+        let id = PolicyId::new(p.name.clone()).map_err(|e| SetupError(e.to_string()))?;
+        let mode = match p.mode {
+            Mode::Monitor => openexec::Mode::Monitor,
+            Mode::Enforce => openexec::Mode::Enforce,
+        };
+        let outcome = self.openexec.upsert_policy(OpenExecPolicy {
+            id: id.clone(),
+            name: p.name.clone(),
+            mode,
+            target: compiled.target.clone(),
+            open: BehaviorLists::merge(&result, BehaviorKind::Open),
+            exec: BehaviorLists::merge(&result, BehaviorKind::Exec),
+        });
+        if !outcome.is_clean() {
+            return Err(SetupError(format!(
+                "{}: open/exec not programmed: {outcome:?}",
+                p.name
+            )));
+        }
+        let outcome = self.egress.upsert_policy(NetworkPolicy {
+            id,
+            name: p.name.clone(),
+            mode,
+            target: compiled.target.clone(),
+            network: BehaviorLists::merge(&result, BehaviorKind::Network),
+        });
+        if !outcome.rejections.is_empty() || !outcome.failures.is_empty() {
+            return Err(SetupError(format!(
+                "{}: network not programmed: {outcome:?}",
+                p.name
+            )));
+        }
+        self.monitor.set_policy(MonitorPolicy::new(
+            p.name.clone(),
+            p.name.clone(),
+            match p.mode {
+                Mode::Monitor => RuntimePolicyMode::Monitor,
+                Mode::Enforce => RuntimePolicyMode::Enforce,
+            },
+            compiled.target,
+            &result,
+            Vec::new(),
+        ));
+        Ok(())
+    }
+
+    /// Deletes a policy.
+    pub fn delete(&mut self, name: &str) -> Result<(), SetupError> {
+        let id = PolicyId::new(name.to_owned()).map_err(|e| SetupError(e.to_string()))?;
+        let failures = self.openexec.delete_policy(&id);
+        let more = self.egress.delete_policy(&id);
+        if !failures.is_empty() || !more.is_empty() {
+            return Err(SetupError(format!("{name}: not unprogrammed")));
+        }
+        self.monitor.remove_policy(name);
+        Ok(())
+    }
+
+    /// The kernel's decision as the programmed state makes it, if this
+    /// driver decides the event's kind.
+    fn kernel(&self, event: &Event) -> Option<KernelVerdict> {
+        let decision = match event {
+            Event::Open(p) | Event::Exec(p) => {
+                let path = AbsPath::parse(p).ok()?;
+                let backend = if matches!(event, Event::Open(_)) {
+                    self.openexec.open_backend()
+                } else {
+                    self.openexec.exec_backend()
+                };
+                backend.decide(CGROUP, &path)
+            }
+            Event::Connect(dest) => network_decision(self.egress.programmed(), *dest),
+            Event::Protocol { .. } | Event::Dns(_) => return None,
+        };
+        Some(match decision {
+            kyverno_runtime_enforce::Decision::Denied => KernelVerdict::Denied,
+            kyverno_runtime_enforce::Decision::DefaultDenied => KernelVerdict::DefaultDenied,
+            kyverno_runtime_enforce::Decision::Allowed
+            | kyverno_runtime_enforce::Decision::Unmatched => KernelVerdict::Allowed,
+        })
+    }
+
+    /// What the product does with `event`; `model` stands in for the
+    /// kernel where this driver does not decide (protocol).
+    pub fn observe(&self, event: &Event, model: &Outcome) -> Observed {
+        let kernel = self.kernel(event);
+        let verdict = kernel.or(match event {
+            Event::Protocol { .. } => Some(if model.refused {
+                KernelVerdict::Denied
+            } else {
+                KernelVerdict::Allowed
+            }),
+            _ => None,
+        });
+        let facts = match event {
+            // The names the monitor judges Service values by, as the
+            // daemon's drain fills them.
+            Event::Connect(dest) => Facts::Net {
+                dest: *dest,
+                port: Some(443),
+                names: self.egress.destination_names().of(CGROUP, *dest),
+            },
+            Event::Open(p) => Facts::Open { path: p.clone() },
+            Event::Exec(p) => Facts::Exec {
+                filename: p.clone(),
+                argv: vec![p.clone()],
+            },
+            Event::Protocol { protocol, alpn } => Facts::Protocol {
+                protocol,
+                alpn: alpn.map(str::to_owned),
+            },
+            Event::Dns(q) => Facts::Dns { qname: q.clone() },
+        };
+        let mut e = PlaneEvent::new("differential", facts);
+        e.cgroup = Some(CGROUP);
+        e.pod = Some(self.pod.clone());
+        // The kernel reports refusals; the observe path reports the rest
+        // (the monitor judges both).
+        e.kernel = verdict.filter(|v| v.refused());
+        self.monitor.handle(&e);
+        let findings = self
+            .capture
+            .take()
+            .into_iter()
+            .map(|f| Finding {
+                policy: f.policy,
+                kind: match f.behavior {
+                    report::Behavior::Network => Kind::Network,
+                    report::Behavior::Open => Kind::Open,
+                    report::Behavior::Exec => Kind::Exec,
+                    report::Behavior::Protocol => Kind::Protocol,
+                    report::Behavior::Dns => Kind::Dns,
+                },
+                enforced: f.enforced,
+                decision: match f.decision {
+                    Some(report::Decision::Denied) => Decision::Denied,
+                    Some(report::Decision::DefaultDenied) => Decision::DefaultDenied,
+                    None => Decision::Unexpected,
+                },
+            })
+            .collect();
+        Observed {
+            refused: kernel.map(KernelVerdict::refused),
+            findings,
+        }
+    }
+}
+
+/// The rule over the network programs bound to the pod's cgroup, each
+/// prefix matched by containment (as the kernel's tries do).
+fn network_decision(
+    programmed: &BTreeMap<PolicyId, kyverno_runtime_enforce::Held<Destination>>,
+    dest: IpAddr,
+) -> kyverno_runtime_enforce::Decision {
+    let hit = |set: &BTreeSet<Destination>| {
+        set.iter()
+            .any(|d| matches!(d, Destination::Prefix(p) if p.contains(dest)))
+    };
+    rule::decide(
+        programmed
+            .values()
+            .filter(|h| h.cgroups.contains(&CGROUP))
+            .filter_map(|h| match &h.program {
+                Program::Enforce(r) => Some(Matches {
+                    deny: hit(&r.deny),
+                    allow: hit(&r.allow),
+                    default_deny: r.default_deny,
+                }),
+                Program::Observe => None,
+            }),
+    )
+}
+
+/// One disagreement between the product and the model.
+#[derive(Clone, Debug)]
+pub struct Disagreement {
+    /// The event.
+    pub event: Event,
+    /// What the model says.
+    pub model: Outcome,
+    /// What the product did.
+    pub product: Observed,
+}
+
+/// Checks `event` against the model over `policies` (the current set).
+pub fn check(system: &System, policies: &[Policy], event: &Event) -> Option<Disagreement> {
+    let want = model::decide_in(&system.cluster, policies, event);
+    let got = system.observe(event, &want);
+    let refused_differs = got.refused.is_some_and(|r| r != want.refused);
+    let reported: BTreeSet<Finding> = want
+        .findings
+        .iter()
+        .map(|f| Finding {
+            decision: f.decision.reported(),
+            ..f.clone()
+        })
+        .collect();
+    (refused_differs || got.findings != reported).then(|| Disagreement {
+        event: event.clone(),
+        model: want,
+        product: got,
+    })
+}
