@@ -24,17 +24,7 @@ const NS: &str = "host-egress";
 
 /// Tries a TCP connection from inside `cgroup`; true if it connected.
 fn connects_from(cgroup: &Path, addr: &str) -> bool {
-    let (host, port) = addr.split_once(':').unwrap();
-    let script = format!(
-        "echo $$ > {}/cgroup.procs && exec 3<>/dev/tcp/{host}/{port}",
-        cgroup.display()
-    );
-    Command::new("timeout")
-        .args(["2", "bash", "-c", &script])
-        .stderr(Stdio::null())
-        .status()
-        .unwrap()
-        .success()
+    common::host::connects_within(cgroup, addr, "2")
 }
 
 #[test]

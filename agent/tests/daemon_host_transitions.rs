@@ -16,24 +16,13 @@ use common::host::HostPod;
 use common::*;
 use kyverno_runtime_testkube::LocalCluster;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Tries a TCP connection from inside `cgroup`; true if it connected.
 /// Loopback answers in microseconds, so half a second tells a dropped SYN
 /// from a delivered one.
 fn connects_from(cgroup: &Path, addr: &str) -> bool {
-    let (host, port) = addr.split_once(':').unwrap();
-    let script = format!(
-        "echo $$ > {}/cgroup.procs && exec 3<>/dev/tcp/{host}/{port}",
-        cgroup.display()
-    );
-    Command::new("timeout")
-        .args(["0.5", "bash", "-c", &script])
-        .stderr(Stdio::null())
-        .status()
-        .unwrap()
-        .success()
+    common::host::connects_within(cgroup, addr, "0.5")
 }
 
 /// Probes `addr` from `cgroup` until `until` returns true (checked between

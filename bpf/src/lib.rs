@@ -20,6 +20,7 @@ pub mod cgroup_attach;
 pub mod dns;
 pub mod egress;
 pub mod exectrace;
+pub mod frame;
 #[cfg(not(krt_bpf_stub))]
 mod libbpf_log;
 pub mod openexec;

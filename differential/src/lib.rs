@@ -6,6 +6,8 @@
 //! A disagreement is shrunk by proptest to a minimal policy set and event
 //! before it is printed.
 
+pub mod kernel_egress;
+pub mod kernel_openexec;
 pub mod model;
 pub mod universe;
 pub mod userspace;
@@ -173,7 +175,7 @@ pub struct Run {
     pub shapes: Shapes,
 }
 
-fn runner(seed: u64, sets: u32) -> TestRunner {
+pub(crate) fn runner(seed: u64, sets: u32) -> TestRunner {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let config = Config {
@@ -186,7 +188,7 @@ fn runner(seed: u64, sets: u32) -> TestRunner {
     TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
 }
 
-fn shrunk<T: std::fmt::Debug>(e: TestError<T>) -> String {
+pub(crate) fn shrunk<T: std::fmt::Debug>(e: TestError<T>) -> String {
     match e {
         TestError::Fail(why, value) => format!("{why}\n  minimal case: {value:#?}"),
         TestError::Abort(why) => format!("aborted: {why}"),

@@ -130,25 +130,26 @@ pub const QUESTIONS: &[&str] = &[
     "unrelated.net",
 ];
 
-fn universe(kind: Kind) -> &'static [&'static str] {
-    match kind {
+/// The values of each kind, as a driver draws them.
+pub type Values = fn(Kind) -> Vec<String>;
+
+/// The universe's values of `kind`.
+pub fn values_of(kind: Kind) -> Vec<String> {
+    let list = match kind {
         Kind::Network => NETWORK,
         Kind::Open | Kind::Exec => PATHS,
         Kind::Protocol => PROTOCOLS,
         Kind::Dns => NAMES,
-    }
+    };
+    list.iter().map(|v| (*v).to_owned()).collect()
 }
 
-fn values(kind: Kind) -> impl Strategy<Value = Vec<String>> {
-    prop::collection::vec(prop::sample::select(universe(kind)), 0..=3)
-        .prop_map(|vs| vs.into_iter().map(str::to_owned).collect())
-}
-
-/// One behavior of `kind`: `"*"` in deny one time in three (alone on a
-/// dns behavior, as the schema requires); a dns behavior may be empty
-/// (inert), the others have a value on some side.
-fn behavior(kind: Kind) -> impl Strategy<Value = Behavior> {
-    (values(kind), values(kind), prop::bool::weighted(0.33)).prop_filter_map(
+/// One behavior of `kind` with values from `values`: `"*"` in deny one
+/// time in three (alone on a dns behavior, as the schema requires); a dns
+/// behavior may be empty (inert), the others have a value on some side.
+fn behavior(kind: Kind, values: Values) -> impl Strategy<Value = Behavior> {
+    let list = prop::collection::vec(prop::sample::select(values(kind)), 0..=3);
+    (list.clone(), list, prop::bool::weighted(0.33)).prop_filter_map(
         "a behavior with a value",
         move |(allow, mut deny, star)| {
             if star {
@@ -165,18 +166,15 @@ fn behavior(kind: Kind) -> impl Strategy<Value = Behavior> {
     )
 }
 
-fn any_kind() -> impl Strategy<Value = Kind> {
-    prop::sample::select(&Kind::ALL[..])
-}
-
-/// One policy: 1 to 3 behaviors (kinds may repeat); dns only in monitor
-/// mode (the compiler refuses it in enforce); it selects the pod four
-/// times in five.
-pub fn policy(name: String) -> impl Strategy<Value = Policy> {
+/// One policy with 1 to 3 behaviors of `kinds` (kinds may repeat); dns
+/// only in monitor mode (the compiler refuses it in enforce); it selects
+/// the pod four times in five.
+pub fn policy_of(name: String, kinds: &[Kind], values: Values) -> impl Strategy<Value = Policy> {
+    let kind = prop::sample::select(kinds.to_vec());
     (
         prop::bool::ANY,
         prop::bool::weighted(0.8),
-        prop::collection::vec(any_kind().prop_flat_map(behavior), 1..=3),
+        prop::collection::vec(kind.prop_flat_map(move |k| behavior(k, values)), 1..=3),
     )
         .prop_map(move |(enforce, selects, behaviors)| {
             let dns = behaviors.iter().any(|b| b.kind == Kind::Dns);
@@ -193,9 +191,23 @@ pub fn policy(name: String) -> impl Strategy<Value = Policy> {
         })
 }
 
-/// 1 to 8 policies, named p0, p1, ...
+/// One policy of any kinds, from the universe's values.
+pub fn policy(name: String) -> impl Strategy<Value = Policy> {
+    policy_of(name, &Kind::ALL, values_of)
+}
+
+/// 1 to 8 policies of `kinds`, named p0, p1, ...
+pub fn policies_of(kinds: &'static [Kind], values: Values) -> impl Strategy<Value = Vec<Policy>> {
+    (1usize..=8).prop_flat_map(move |n| {
+        (0..n)
+            .map(|i| policy_of(format!("p{i}"), kinds, values))
+            .collect::<Vec<_>>()
+    })
+}
+
+/// 1 to 8 policies of any kinds, from the universe's values.
 pub fn policies() -> impl Strategy<Value = Vec<Policy>> {
-    (1usize..=8).prop_flat_map(|n| (0..n).map(|i| policy(format!("p{i}"))).collect::<Vec<_>>())
+    policies_of(&Kind::ALL, values_of)
 }
 
 /// One event of any kind.

@@ -116,8 +116,9 @@ pub fn spec(p: &Policy) -> serde_json::Value {
     })
 }
 
-/// Compiles and evaluates `p` as the daemon does.
-fn compile(p: &Policy) -> Result<(CompiledPolicy, EvaluationResult), SetupError> {
+/// Compiles and evaluates `p` as the daemon does (its literal values, so
+/// no data is needed).
+pub fn compile(p: &Policy) -> Result<(CompiledPolicy, EvaluationResult), SetupError> {
     let spec: RuntimePolicySpec = serde_json::from_value(spec(p))
         .map_err(|e| SetupError(format!("{}: the spec does not parse: {e}", p.name)))?;
     let compiled = CompiledPolicy::compile(&spec).map_err(|e| {
@@ -290,8 +291,22 @@ impl System {
     }
 
     /// What the product does with `event`; `model` stands in for the
-    /// kernel where this driver does not decide (protocol).
+    /// kernel where this driver does not decide (protocol). An exec is its
+    /// binary's open first, as in the kernel (see [`model::decide_in`]).
     pub fn observe(&self, event: &Event, model: &Outcome) -> Observed {
+        if let Event::Exec(p) = event {
+            let open = self.observe_one(&Event::Open(p.clone()), model);
+            if open.refused == Some(true) {
+                return open;
+            }
+            let mut exec = self.observe_one(event, model);
+            exec.findings.extend(open.findings);
+            return exec;
+        }
+        self.observe_one(event, model)
+    }
+
+    fn observe_one(&self, event: &Event, model: &Outcome) -> Observed {
         let kernel = self.kernel(event);
         let verdict = kernel.or(match event {
             Event::Protocol { .. } => Some(if model.refused {

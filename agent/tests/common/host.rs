@@ -3,7 +3,25 @@
 //! of the test's own for the daemon's pins.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+
+/// Tries a TCP connection to `addr` (`host:port`) from inside `cgroup`,
+/// giving up after `seconds`; true if it connected. A dropped SYN shows
+/// as the timeout.
+pub fn connects_within(cgroup: &Path, addr: &str, seconds: &str) -> bool {
+    let Some((host, port)) = addr.split_once(':') else {
+        return false;
+    };
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec 3<>/dev/tcp/{host}/{port}",
+        cgroup.display()
+    );
+    Command::new("timeout")
+        .args([seconds, "bash", "-c", &script])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
 
 /// The host's cgroup v2 mount (the unified hierarchy on a hybrid host),
 /// read with the probe's mountinfo parser.

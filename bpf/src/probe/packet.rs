@@ -1,5 +1,7 @@
 //! The packet `BPF_PROG_TEST_RUN` feeds a `cgroup_skb` program.
 
+use crate::frame::ipv4_checksum;
+
 /// Ethernet (14) + IPv4 (20) + UDP (8) + 4 bytes of payload.
 pub(crate) const LEN: usize = 14 + 20 + 8 + 4;
 
@@ -32,19 +34,6 @@ pub(crate) fn ipv4_udp() -> [u8; LEN] {
     p[IP + 4..IP + 6].copy_from_slice(&((LEN - IP) as u16).to_be_bytes());
     p[IP + 8..].copy_from_slice(b"krt!");
     p
-}
-
-/// RFC 1071 checksum of an IPv4 header whose checksum field is zero (or,
-/// over a header with a correct checksum, 0).
-pub(crate) fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w.get(1).copied().unwrap_or(0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 #[cfg(test)]
