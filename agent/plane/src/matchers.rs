@@ -21,33 +21,6 @@ use kyverno_runtime_policy::values::{
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-/// One policy's verdict on one observed target, judged alone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// An explicit allow matched, or nothing matched and no default deny.
-    Allowed,
-    /// An explicit deny matched.
-    Denied,
-    /// Nothing matched under a default deny.
-    DefaultDenied,
-}
-
-impl Verdict {
-    /// Whether the policy denies (or would deny) the target.
-    pub fn denies(self) -> bool {
-        self != Verdict::Allowed
-    }
-
-    /// The rule's verdict for one policy's matches, alone.
-    pub fn of(m: Matches) -> Self {
-        match decide([m]) {
-            Decision::Denied => Verdict::Denied,
-            Decision::DefaultDenied => Verdict::DefaultDenied,
-            Decision::Allowed | Decision::Unmatched => Verdict::Allowed,
-        }
-    }
-}
-
 /// Open and exec: exact absolute paths, as the kernel's keys are.
 #[derive(Clone, Debug, Default)]
 pub struct PathMatcher {
@@ -77,9 +50,9 @@ impl PathMatcher {
         }
     }
 
-    /// The verdict on an open or exec of `path`, this policy alone.
-    pub fn judge(&self, path: &str) -> Verdict {
-        Verdict::of(self.matches(path))
+    /// The decision on an open or exec of `path`, this policy alone.
+    pub fn judge(&self, path: &str) -> Decision {
+        decide([self.matches(path)])
     }
 }
 
@@ -137,9 +110,9 @@ impl NetMatcher {
         }
     }
 
-    /// The verdict on packets to `dest`, this policy alone.
-    pub fn judge(&self, dest: IpAddr, names: &[String]) -> Verdict {
-        Verdict::of(self.matches(dest, names))
+    /// The decision on packets to `dest`, this policy alone.
+    pub fn judge(&self, dest: IpAddr, names: &[String]) -> Decision {
+        decide([self.matches(dest, names)])
     }
 }
 
@@ -187,9 +160,9 @@ impl ProtocolMatcher {
         }
     }
 
-    /// The verdict on a flow classified `protocol`, this policy alone.
-    pub fn judge(&self, protocol: &str, alpn: Option<&str>) -> Verdict {
-        Verdict::of(self.matches(protocol, alpn))
+    /// The decision on a flow classified `protocol`, this policy alone.
+    pub fn judge(&self, protocol: &str, alpn: Option<&str>) -> Decision {
+        decide([self.matches(protocol, alpn)])
     }
 }
 
@@ -240,23 +213,23 @@ mod tests {
     }
 
     #[rstest]
-    #[case(&[], &["/bin/sh"], "/bin/sh", Verdict::Denied)]
-    #[case(&[], &["/bin/sh"], "/bin/bash", Verdict::Allowed)]
-    #[case(&["/bin/sh"], &["*"], "/bin/sh", Verdict::Allowed)]
-    #[case(&["/bin/sh"], &["*"], "/bin/bash", Verdict::DefaultDenied)]
-    #[case(&["/bin/sh"], &["/bin/sh"], "/bin/sh", Verdict::Denied)]
-    #[case(&[], &["/bin"], "/bin/sh", Verdict::Allowed)]
-    #[case(&[], &["*"], "", Verdict::DefaultDenied)]
-    #[case(&[], &["/bin/sh"], "", Verdict::Allowed)]
-    #[case(&["/bin/sh"], &["*", "/bin/sh"], "/bin/sh", Verdict::Denied)]
-    #[case(&["/bin/bash"], &["*", "/bin/sh"], "/bin/sh", Verdict::Denied)]
-    #[case(&["/bin/bash"], &["/bin/sh", "*"], "/bin/bash", Verdict::Allowed)]
-    #[case(&["/bin/bash"], &["*", "/bin/sh"], "/bin/ls", Verdict::DefaultDenied)]
+    #[case(&[], &["/bin/sh"], "/bin/sh", Decision::Denied)]
+    #[case(&[], &["/bin/sh"], "/bin/bash", Decision::Unmatched)]
+    #[case(&["/bin/sh"], &["*"], "/bin/sh", Decision::Allowed)]
+    #[case(&["/bin/sh"], &["*"], "/bin/bash", Decision::DefaultDenied)]
+    #[case(&["/bin/sh"], &["/bin/sh"], "/bin/sh", Decision::Denied)]
+    #[case(&[], &["/bin"], "/bin/sh", Decision::Unmatched)]
+    #[case(&[], &["*"], "", Decision::DefaultDenied)]
+    #[case(&[], &["/bin/sh"], "", Decision::Unmatched)]
+    #[case(&["/bin/sh"], &["*", "/bin/sh"], "/bin/sh", Decision::Denied)]
+    #[case(&["/bin/bash"], &["*", "/bin/sh"], "/bin/sh", Decision::Denied)]
+    #[case(&["/bin/bash"], &["/bin/sh", "*"], "/bin/bash", Decision::Allowed)]
+    #[case(&["/bin/bash"], &["*", "/bin/sh"], "/bin/ls", Decision::DefaultDenied)]
     fn paths(
         #[case] allow: &[&str],
         #[case] deny: &[&str],
         #[case] target: &str,
-        #[case] want: Verdict,
+        #[case] want: Decision,
     ) {
         assert_eq!(
             PathMatcher::compile(&lists(allow, deny)).judge(target),
@@ -265,32 +238,32 @@ mod tests {
     }
 
     #[rstest]
-    #[case(&[], &["10.0.0.0/8"], "10.1.2.3", None, Verdict::Denied)]
-    #[case(&[], &["10.0.0.0/8"], "11.0.0.1", None, Verdict::Allowed)]
-    #[case(&["127.0.0.1"], &["*"], "127.0.0.1", None, Verdict::Allowed)]
-    #[case(&["127.0.0.1"], &["*"], "127.0.0.2", None, Verdict::DefaultDenied)]
-    #[case(&[], &["fd00::/64"], "fd00::1", None, Verdict::Denied)]
-    #[case(&[], &["fd00::/64"], "fd01::1", None, Verdict::Allowed)]
-    #[case(&[], &["example.com"], "93.184.216.34", None, Verdict::Allowed)]
-    #[case(&[], &["example.com"], "93.184.216.34", Some("example.com"), Verdict::Denied)]
-    #[case(&["example.com"], &["*"], "93.184.216.34", Some("example.com"), Verdict::Allowed)]
-    #[case(&[], &["not an address"], "10.0.0.1", None, Verdict::Allowed)]
-    #[case(&["10.50.0.0/16"], &["*", "10.50.0.9"], "10.50.0.9", None, Verdict::Denied)]
-    #[case(&["10.50.0.0/16"], &["*", "10.50.0.9"], "10.50.0.8", None, Verdict::Allowed)]
-    #[case(&["10.50.0.0/16"], &["*", "10.50.0.9"], "10.51.0.1", None, Verdict::DefaultDenied)]
-    #[case(&["fd00::/64"], &["*", "fd00::9"], "fd00::9", None, Verdict::Denied)]
-    #[case(&["fd00::/64"], &["*", "fd00::9"], "fd00::8", None, Verdict::Allowed)]
-    #[case(&["fd00::/64"], &["*", "example.com"], "fd00::8", Some("example.com"), Verdict::Denied)]
-    #[case(&["api.prod.svc"], &["*"], "10.96.0.10", Some("api.prod.svc"), Verdict::Allowed)]
-    #[case(&["api.prod.svc.cluster.local"], &["*"], "10.96.0.10", Some("api.prod.svc"), Verdict::Allowed)]
-    #[case(&["api.prod.svc"], &["*"], "10.96.0.10", None, Verdict::DefaultDenied)]
-    #[case(&[], &["GitHub.COM."], "140.82.112.3", Some("github.com"), Verdict::Denied)]
+    #[case(&[], &["10.0.0.0/8"], "10.1.2.3", None, Decision::Denied)]
+    #[case(&[], &["10.0.0.0/8"], "11.0.0.1", None, Decision::Unmatched)]
+    #[case(&["127.0.0.1"], &["*"], "127.0.0.1", None, Decision::Allowed)]
+    #[case(&["127.0.0.1"], &["*"], "127.0.0.2", None, Decision::DefaultDenied)]
+    #[case(&[], &["fd00::/64"], "fd00::1", None, Decision::Denied)]
+    #[case(&[], &["fd00::/64"], "fd01::1", None, Decision::Unmatched)]
+    #[case(&[], &["example.com"], "93.184.216.34", None, Decision::Unmatched)]
+    #[case(&[], &["example.com"], "93.184.216.34", Some("example.com"), Decision::Denied)]
+    #[case(&["example.com"], &["*"], "93.184.216.34", Some("example.com"), Decision::Allowed)]
+    #[case(&[], &["not an address"], "10.0.0.1", None, Decision::Unmatched)]
+    #[case(&["10.50.0.0/16"], &["*", "10.50.0.9"], "10.50.0.9", None, Decision::Denied)]
+    #[case(&["10.50.0.0/16"], &["*", "10.50.0.9"], "10.50.0.8", None, Decision::Allowed)]
+    #[case(&["10.50.0.0/16"], &["*", "10.50.0.9"], "10.51.0.1", None, Decision::DefaultDenied)]
+    #[case(&["fd00::/64"], &["*", "fd00::9"], "fd00::9", None, Decision::Denied)]
+    #[case(&["fd00::/64"], &["*", "fd00::9"], "fd00::8", None, Decision::Allowed)]
+    #[case(&["fd00::/64"], &["*", "example.com"], "fd00::8", Some("example.com"), Decision::Denied)]
+    #[case(&["api.prod.svc"], &["*"], "10.96.0.10", Some("api.prod.svc"), Decision::Allowed)]
+    #[case(&["api.prod.svc.cluster.local"], &["*"], "10.96.0.10", Some("api.prod.svc"), Decision::Allowed)]
+    #[case(&["api.prod.svc"], &["*"], "10.96.0.10", None, Decision::DefaultDenied)]
+    #[case(&[], &["GitHub.COM."], "140.82.112.3", Some("github.com"), Decision::Denied)]
     fn addresses(
         #[case] allow: &[&str],
         #[case] deny: &[&str],
         #[case] target: &str,
         #[case] domain: Option<&str>,
-        #[case] want: Verdict,
+        #[case] want: Decision,
     ) {
         let ip: IpAddr = target.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
         assert_eq!(
@@ -301,23 +274,23 @@ mod tests {
     }
 
     #[rstest]
-    #[case(&[], &["ssh"], "ssh", None, Verdict::Denied)]
-    #[case(&[], &["ssh"], "tls", None, Verdict::Allowed)]
-    #[case(&["tls/h2"], &["*"], "tls", Some("h2"), Verdict::Allowed)]
-    #[case(&["tls/h2"], &["*"], "tls", Some("http/1.1"), Verdict::DefaultDenied)]
-    #[case(&["tls"], &["*"], "tls", None, Verdict::Allowed)]
-    #[case(&[], &["*"], "unclassified", None, Verdict::DefaultDenied)]
-    #[case(&[], &["tls/h2"], "tls", None, Verdict::Allowed)]
-    #[case(&["tls"], &["*", "tls/h2"], "tls", Some("h2"), Verdict::Denied)]
-    #[case(&["tls"], &["*", "tls/h2"], "tls", Some("http/1.1"), Verdict::Allowed)]
-    #[case(&["tls"], &["*", "ssh"], "ssh", None, Verdict::Denied)]
-    #[case(&["tls"], &["*", "ssh"], "quic", None, Verdict::DefaultDenied)]
+    #[case(&[], &["ssh"], "ssh", None, Decision::Denied)]
+    #[case(&[], &["ssh"], "tls", None, Decision::Unmatched)]
+    #[case(&["tls/h2"], &["*"], "tls", Some("h2"), Decision::Allowed)]
+    #[case(&["tls/h2"], &["*"], "tls", Some("http/1.1"), Decision::DefaultDenied)]
+    #[case(&["tls"], &["*"], "tls", None, Decision::Allowed)]
+    #[case(&[], &["*"], "unclassified", None, Decision::DefaultDenied)]
+    #[case(&[], &["tls/h2"], "tls", None, Decision::Unmatched)]
+    #[case(&["tls"], &["*", "tls/h2"], "tls", Some("h2"), Decision::Denied)]
+    #[case(&["tls"], &["*", "tls/h2"], "tls", Some("http/1.1"), Decision::Allowed)]
+    #[case(&["tls"], &["*", "ssh"], "ssh", None, Decision::Denied)]
+    #[case(&["tls"], &["*", "ssh"], "quic", None, Decision::DefaultDenied)]
     fn protocols(
         #[case] allow: &[&str],
         #[case] deny: &[&str],
         #[case] protocol: &str,
         #[case] alpn: Option<&str>,
-        #[case] want: Verdict,
+        #[case] want: Decision,
     ) {
         assert_eq!(
             ProtocolMatcher::compile(&lists(allow, deny)).judge(protocol, alpn),
@@ -349,8 +322,8 @@ mod tests {
         // The explicit deny of the first behavior wins over the second's
         // allow of the same path, under the second's default deny.
         let m = PathMatcher::compile(&l);
-        assert_eq!(m.judge("/x"), Verdict::Denied);
-        assert_eq!(m.judge("/a"), Verdict::Allowed);
-        assert_eq!(m.judge("/c"), Verdict::DefaultDenied);
+        assert_eq!(m.judge("/x"), Decision::Denied);
+        assert_eq!(m.judge("/a"), Decision::Allowed);
+        assert_eq!(m.judge("/c"), Decision::DefaultDenied);
     }
 }

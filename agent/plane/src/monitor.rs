@@ -35,12 +35,12 @@
 use crate::collector::Sink;
 use crate::event::{Event, Facts, Kind, PodRef};
 use crate::filter::{event_value, filter_context, passes, FilterError};
-use crate::matchers::{Behaviors, Verdict};
+use crate::matchers::Behaviors;
 use kyverno_runtime_api::runtimepolicy::RuntimePolicyMode;
 use kyverno_runtime_enforce::dns::NameVerdict;
 use kyverno_runtime_metrics::{DropReason, Metrics};
 use kyverno_runtime_policy::compile::{CompiledFilter, EvaluationResult};
-use kyverno_runtime_policy::rule::{self, Matches};
+use kyverno_runtime_policy::rule::{self, Decision, Matches};
 use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_report::{self as report, Finding, PodIdentity, Process};
 use std::collections::{BTreeMap, HashMap};
@@ -114,7 +114,7 @@ impl MonitorPolicy {
     /// Whether, as an enforce policy, it denies what `facts` describe: the
     /// refusals it explains.
     fn refuses(&self, facts: &Facts) -> bool {
-        self.mode == RuntimePolicyMode::Enforce && self.judge(facts).is_some_and(Verdict::denies)
+        self.mode == RuntimePolicyMode::Enforce && self.judge(facts).is_some_and(Decision::refused)
     }
 
     fn has(&self, kind: Kind) -> bool {
@@ -127,9 +127,9 @@ impl MonitorPolicy {
         }
     }
 
-    /// The verdict of a non-dns behavior on `facts`, this policy alone.
-    fn judge(&self, facts: &Facts) -> Option<Verdict> {
-        self.matches(facts).map(Verdict::of)
+    /// The decision of a non-dns behavior on `facts`, this policy alone.
+    fn judge(&self, facts: &Facts) -> Option<Decision> {
+        self.matches(facts).map(|m| rule::decide([m]))
     }
 
     /// Which of a non-dns behavior's lists match `facts`.
@@ -450,17 +450,18 @@ fn blame<'a>(enforcing: &[(&'a MonitorPolicy, Matches)]) -> Vec<(&'a MonitorPoli
     let mut blamed = rule::blamed(&matches);
     if blamed.is_empty() {
         blamed = (0..matches.len())
-            .filter(|&i| Verdict::of(matches[i]).denies())
+            .filter(|&i| rule::decide([matches[i]]).refused())
             .collect();
     }
     blamed.into_iter().map(|i| enforcing[i]).collect()
 }
 
-fn decision_of(v: Verdict) -> Option<report::Decision> {
-    match v {
-        Verdict::Denied => Some(report::Decision::Denied),
-        Verdict::DefaultDenied => Some(report::Decision::DefaultDenied),
-        Verdict::Allowed => None,
+/// A finding's decision property: which list refused (or would).
+fn decision_of(d: Decision) -> Option<report::Decision> {
+    match d {
+        Decision::Denied => Some(report::Decision::Denied),
+        Decision::DefaultDenied => Some(report::Decision::DefaultDenied),
+        Decision::Allowed | Decision::Unmatched => None,
     }
 }
 
@@ -514,14 +515,14 @@ impl Sink for Monitor {
             let Some(matches) = policy.matches(&event.facts) else {
                 continue;
             };
-            let verdict = Verdict::of(matches);
+            let verdict = rule::decide([matches]);
             match policy.mode {
                 RuntimePolicyMode::Enforce => {
                     if kernel_denied {
                         enforcing.push((policy, matches));
                     }
                 }
-                RuntimePolicyMode::Monitor if !verdict.denies() => {}
+                RuntimePolicyMode::Monitor if !verdict.refused() => {}
                 RuntimePolicyMode::Monitor => {
                     if !policy.filters.is_empty() {
                         let value = filter_event.get_or_insert_with(|| event_value(event, pod));
@@ -539,7 +540,7 @@ impl Sink for Monitor {
         }
         for (policy, matches) in blame(&enforcing) {
             explained = true;
-            self.emit(policy, event, pod, true, decision_of(Verdict::of(matches)));
+            self.emit(policy, event, pod, true, decision_of(rule::decide([matches])));
         }
         if kernel_denied {
             // A log line is a way out of the daemon too: the target passes

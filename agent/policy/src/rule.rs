@@ -17,7 +17,7 @@
 //! carrying their own copy. `dns` is observation only and keeps its own
 //! meaning of `"*"` (`deny: ["*"]` alone reports every name).
 
-use crate::compile::{EvaluatedBehavior, EvaluationResult};
+use crate::compile::EvaluationResult;
 use crate::values::{BehaviorKind, FieldPath, STAR};
 
 /// One behavior kind's evaluated lists in one policy (literal values
@@ -44,15 +44,11 @@ impl BehaviorLists {
     /// removed, `"*"` first in deny when any behavior is default deny.
     /// `None` when the policy has no behavior of that kind.
     pub fn merge(result: &EvaluationResult, kind: BehaviorKind) -> Option<BehaviorLists> {
-        Self::merge_behaviors(result.behaviors.iter().filter(|b| b.kind == kind))
-    }
-
-    /// [`merge`](Self::merge) over behaviors already chosen (all of one
-    /// kind).
-    pub fn merge_behaviors<'a>(
-        behaviors: impl IntoIterator<Item = &'a EvaluatedBehavior>,
-    ) -> Option<BehaviorLists> {
-        let mut behaviors = behaviors.into_iter().peekable();
+        let mut behaviors = result
+            .behaviors
+            .iter()
+            .filter(|b| b.kind == kind)
+            .peekable();
         let first = behaviors.peek()?;
         let field = FieldPath::spec()
             .field("behaviors")

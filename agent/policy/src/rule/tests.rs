@@ -1,4 +1,5 @@
 use super::*;
+use crate::compile::EvaluatedBehavior;
 
 fn behavior(index: usize, kind: BehaviorKind, allow: &[&str], deny: &[&str]) -> EvaluatedBehavior {
     let default_deny = deny.contains(&STAR);
