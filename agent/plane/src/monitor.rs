@@ -540,7 +540,13 @@ impl Sink for Monitor {
         }
         for (policy, matches) in blame(&enforcing) {
             explained = true;
-            self.emit(policy, event, pod, true, decision_of(rule::decide([matches])));
+            self.emit(
+                policy,
+                event,
+                pod,
+                true,
+                decision_of(rule::decide([matches])),
+            );
         }
         if kernel_denied {
             // A log line is a way out of the daemon too: the target passes
