@@ -5,11 +5,17 @@
 //! before running the program, which then sees the IP header first. The
 //! MAC addresses are zero, the loopback device's, so the frame is "to us".
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
 const UDP: u8 = 17;
+const TCP: u8 = 6;
+
+/// The TCP flags of an ordinary data segment: PSH|ACK.
+pub const PSH_ACK: u8 = 0x18;
+/// The TCP flags of a connection's first segment: SYN.
+pub const SYN: u8 = 0x02;
 
 /// RFC 1071 checksum of an IPv4 header whose checksum field is zero (or,
 /// over a header with a correct checksum, 0).
@@ -79,6 +85,73 @@ pub fn udp_to(dst: IpAddr) -> Vec<u8> {
     }
 }
 
+/// A length as a header's 16-bit field: the builders are for test
+/// frames, far below 64 KiB; a larger one saturates (and is malformed).
+fn len16(n: usize) -> u16 {
+    u16::try_from(n).unwrap_or(u16::MAX)
+}
+
+/// An IP packet (IPv4 or IPv6 as `dst` is, from 10.99.0.1 or
+/// 2001:db8:ffff::1, the sources of [`udp_to`]) carrying `l4` as `proto`.
+fn ip_carrying(dst: IpAddr, proto: u8, l4: &[u8]) -> Vec<u8> {
+    match dst {
+        IpAddr::V4(dst) => {
+            let mut ip = vec![0u8; 20];
+            ip[0] = 0x45;
+            ip[2..4].copy_from_slice(&len16(20 + l4.len()).to_be_bytes());
+            ip[6] = 0x40; // DF
+            ip[8] = 64;
+            ip[9] = proto;
+            ip[12..16].copy_from_slice(&[10, 99, 0, 1]);
+            ip[16..20].copy_from_slice(&dst.octets());
+            let c = ipv4_checksum(&ip);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+            ip.extend_from_slice(l4);
+            ethernet(ETH_P_IP, &ip)
+        }
+        IpAddr::V6(dst) => {
+            let mut ip = vec![0u8; 40];
+            ip[0] = 0x60;
+            ip[4..6].copy_from_slice(&len16(l4.len()).to_be_bytes());
+            ip[6] = proto;
+            ip[7] = 64;
+            ip[8..24]
+                .copy_from_slice(&Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1).octets());
+            ip[24..40].copy_from_slice(&dst.octets());
+            ip.extend_from_slice(l4);
+            ethernet(ETH_P_IPV6, &ip)
+        }
+    }
+}
+
+/// A TCP segment (no options, sequence and acknowledgement 1) from port
+/// `sport` to `dst` with `flags` (e.g. [`PSH_ACK`], [`SYN`]) carrying
+/// `payload`, IPv4 or IPv6 as `dst` is. Checksums other than IPv4's are
+/// left zero (a test run does not verify them).
+pub fn tcp_segment_to(sport: u16, dst: SocketAddr, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let mut t = Vec::with_capacity(20 + payload.len());
+    t.extend_from_slice(&sport.to_be_bytes());
+    t.extend_from_slice(&dst.port().to_be_bytes());
+    t.extend_from_slice(&1u32.to_be_bytes()); // seq
+    t.extend_from_slice(&1u32.to_be_bytes()); // ack
+    t.extend_from_slice(&[0x50, flags]); // data offset 5 words
+    t.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]); // window, checksum, urgent
+    t.extend_from_slice(payload);
+    ip_carrying(dst.ip(), TCP, &t)
+}
+
+/// A UDP datagram from port `sport` to `dst` carrying `payload`, IPv4 or
+/// IPv6 as `dst` is (checksum zero).
+pub fn udp_datagram_to(sport: u16, dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
+    let mut u = Vec::with_capacity(8 + payload.len());
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dst.port().to_be_bytes());
+    u.extend_from_slice(&len16(8 + payload.len()).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    ip_carrying(dst.ip(), UDP, &u)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +166,30 @@ mod tests {
         let v6 = udp_to(IpAddr::V6(dst));
         assert_eq!(&v6[12..14], &ETH_P_IPV6.to_be_bytes());
         assert_eq!(&v6[14 + 24..14 + 40], &dst.octets());
+    }
+
+    #[test]
+    fn segments_and_datagrams_carry_their_ports_and_payload() {
+        let to = SocketAddr::from(([10, 1, 2, 3], 443));
+        let t = tcp_segment_to(40001, to, PSH_ACK, b"SSH-");
+        assert_eq!(t.len(), 14 + 20 + 20 + 4);
+        assert_eq!(t[14 + 9], TCP);
+        assert_eq!(&t[14 + 2..14 + 4], &(20u16 + 20 + 4).to_be_bytes());
+        assert_eq!(ipv4_checksum(&t[14..34]), 0, "a correct header sums to 0");
+        assert_eq!(&t[34..36], &40001u16.to_be_bytes());
+        assert_eq!(&t[36..38], &443u16.to_be_bytes());
+        assert_eq!(t[34 + 13], PSH_ACK);
+        assert_eq!(&t[54..], b"SSH-");
+        // The same datagram as udp_to builds, but for the ports and payload.
+        let u = udp_datagram_to(40000, SocketAddr::from(([10, 1, 2, 3], 9)), b"krtd");
+        assert_eq!(u, udp_to(IpAddr::from([10, 1, 2, 3])));
+        let dst: Ipv6Addr = "fd00::1".parse().unwrap_or(Ipv6Addr::LOCALHOST);
+        let u6 = udp_datagram_to(50001, SocketAddr::from((dst, 53)), b"q");
+        assert_eq!(u6[14 + 6], UDP);
+        assert_eq!(&u6[14 + 4..14 + 6], &9u16.to_be_bytes());
+        assert_eq!(&u6[14 + 24..14 + 40], &dst.octets());
+        assert_eq!(&u6[54..56], &50001u16.to_be_bytes());
+        assert_eq!(&u6[56..58], &53u16.to_be_bytes());
+        assert_eq!(&u6[62..], b"q");
     }
 }

@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// The scenario directory.
     #[arg(long)]
     scenarios: Option<PathBuf>,
+    /// Run these scenario files instead of the directory's (repeat): a
+    /// replay, e.g. of what `ci/differential` wrote for a disagreement.
+    #[arg(long, conflicts_with = "scenarios")]
+    replay: Vec<PathBuf>,
     /// The daemon binary; by default `cargo build -p kyverno-runtime` is
     /// run and its binary used (a stale daemon would answer for new code).
     #[arg(long)]
@@ -78,7 +82,11 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         .scenarios
         .clone()
         .unwrap_or_else(|| repo.join("conformance/scenarios"));
-    let mut all = scenario::load_dir(&dir)?;
+    let mut all = if args.replay.is_empty() {
+        scenario::load_dir(&dir)?
+    } else {
+        scenario::load_files(&args.replay)?
+    };
     if args.list {
         for s in &all {
             let not_on: Vec<String> = s

@@ -802,8 +802,15 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>> {
     if files.is_empty() {
         return Err(Error::NoScenarios(dir.to_path_buf()));
     }
+    load_files(&files)
+}
+
+/// Loads the scenario files `files` (a replay: e.g. what the generated
+/// differential wrote for a disagreement) and checks them one by one and
+/// together.
+pub fn load_files(files: &[PathBuf]) -> Result<Vec<Scenario>> {
     let mut out = Vec::new();
-    for file in &files {
+    for file in files {
         let text = std::fs::read_to_string(file).map_err(|source| Error::Read {
             path: file.clone(),
             source,

@@ -334,6 +334,7 @@ fn cannot_run(why: String) -> Run {
         cases: 0,
         disagreement: Some(format!("cannot run: {why}")),
         shapes: Shapes::default(),
+        case: None,
     }
 }
 
@@ -391,13 +392,24 @@ pub fn kernel_egress(cases: u64, seed: u64) -> Run {
     // The links go (detach) before the cgroup does.
     drop(kernel);
     drop(scratch);
+    // The replay scenario of a disagreement probes every address.
+    let every: Vec<Event> = universe::ADDRESSES
+        .iter()
+        .filter_map(|a| a.parse().ok().map(Event::Connect))
+        .collect();
+    let (disagreement, case) = match result.err() {
+        Some(TestError::Fail(why, value)) => (
+            Some(format!("{why}\n  minimal case: {value:#?}")),
+            Some((value, every)),
+        ),
+        Some(TestError::Abort(why)) => (Some(format!("aborted: {why}")), None),
+        None => (None, None),
+    };
     Run {
         driver: DRIVER,
         cases: checked.get(),
-        disagreement: result.err().map(|e| match e {
-            TestError::Fail(why, value) => format!("{why}\n  minimal case: {value:#?}"),
-            TestError::Abort(why) => format!("aborted: {why}"),
-        }),
+        disagreement,
         shapes,
+        case,
     }
 }

@@ -218,6 +218,7 @@ pub fn guest(cases: u64, seed: u64) -> (String, Run) {
                 cases: 0,
                 disagreement: Some(format!("cannot run: {why}")),
                 shapes,
+                case: None,
             },
         )
     };
@@ -298,6 +299,7 @@ pub fn guest(cases: u64, seed: u64) -> (String, Run) {
             cases: checked.load(Ordering::Relaxed),
             disagreement: result.err().map(shrunk),
             shapes,
+            case: None,
         },
     )
 }

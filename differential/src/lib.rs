@@ -6,9 +6,13 @@
 //! A disagreement is shrunk by proptest to a minimal policy set and event
 //! before it is printed.
 
+pub mod kernel_dns;
 pub mod kernel_egress;
 pub mod kernel_openexec;
+pub mod kernel_protocol;
 pub mod model;
+pub mod regressions;
+pub mod scenario;
 pub mod universe;
 pub mod userspace;
 
@@ -173,6 +177,10 @@ pub struct Run {
     pub disagreement: Option<String>,
     /// The shapes of the policy sets it generated.
     pub shapes: Shapes,
+    /// The shrunk case of the disagreement: its policies and the events
+    /// the product and the model disagree on (what a replay scenario is
+    /// written from).
+    pub case: Option<(Vec<Policy>, Vec<Event>)>,
 }
 
 pub(crate) fn runner(seed: u64, sets: u32) -> TestRunner {
@@ -204,7 +212,8 @@ pub fn userspace(cases: u64, seed: u64, threads: u64) -> Run {
         .div_ceil(threads.max(1));
     let checked = AtomicU64::new(0);
     let shapes = Shapes::default();
-    let failures: Vec<String> = std::thread::scope(|s| {
+    type Failure = (String, Option<(Vec<Policy>, Vec<Event>)>);
+    let failures: Vec<Failure> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads.max(1))
             .map(|t| {
                 let checked = &checked;
@@ -220,11 +229,8 @@ pub fn userspace(cases: u64, seed: u64, threads: u64) -> Run {
                     );
                     r.run(&strategy, |(policies, events)| {
                         shapes.tally(&policies);
-                        let mut system = System::new(&universe::cluster())
-                            .map_err(|e| TestCaseError::fail(e.0))?;
-                        for p in &policies {
-                            system.apply(p).map_err(|e| TestCaseError::fail(e.0))?;
-                        }
+                        let system =
+                            system_with(&policies).map_err(|e| TestCaseError::fail(e.0))?;
                         for e in &events {
                             checked.fetch_add(1, Ordering::Relaxed);
                             if let Some(d) = check(&system, &policies, e) {
@@ -234,7 +240,15 @@ pub fn userspace(cases: u64, seed: u64, threads: u64) -> Run {
                         Ok(())
                     })
                     .err()
-                    .map(shrunk)
+                    .map(|e| {
+                        let case = match &e {
+                            TestError::Fail(_, (policies, events)) => {
+                                Some((policies.clone(), disagreeing(policies, events)))
+                            }
+                            TestError::Abort(_) => None,
+                        };
+                        (shrunk(e), case)
+                    })
                 })
             })
             .collect();
@@ -242,16 +256,42 @@ pub fn userspace(cases: u64, seed: u64, threads: u64) -> Run {
             .into_iter()
             .filter_map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Some("a driver thread panicked".into()))
+                    .unwrap_or_else(|_| Some(("a driver thread panicked".into(), None)))
             })
             .collect()
     });
+    let first = failures.into_iter().next();
     Run {
         driver: "userspace",
         cases: checked.load(Ordering::Relaxed),
-        disagreement: failures.into_iter().next(),
+        case: first.as_ref().and_then(|(_, c)| c.clone()),
+        disagreement: first.map(|(d, _)| d),
         shapes,
     }
+}
+
+/// The userspace system with `policies` applied.
+fn system_with(policies: &[Policy]) -> Result<System, userspace::SetupError> {
+    let mut system = System::new(&universe::cluster())?;
+    for p in policies {
+        system.apply(p)?;
+    }
+    Ok(system)
+}
+
+/// The events of a (shrunk) case the product and the model disagree on,
+/// each once (all of them if the case cannot even be set up).
+fn disagreeing(policies: &[Policy], events: &[Event]) -> Vec<Event> {
+    let Ok(system) = system_with(policies) else {
+        return events.to_vec();
+    };
+    let mut out: Vec<Event> = Vec::new();
+    for e in events {
+        if !out.contains(e) && check(&system, policies, e).is_some() {
+            out.push(e.clone());
+        }
+    }
+    out
 }
 
 /// One step of a sequence.
@@ -316,6 +356,7 @@ pub fn sequences(cases: u64, seed: u64) -> Run {
         cases: checked.load(Ordering::Relaxed),
         disagreement: result.err().map(shrunk),
         shapes,
+        case: None,
     }
 }
 

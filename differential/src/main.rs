@@ -24,7 +24,8 @@ struct Args {
     /// The seed (default: from the clock, printed so a run can be replayed).
     #[arg(long)]
     seed: Option<u64>,
-    /// Drivers on this machine: userspace, sequences, egress-bpf (root);
+    /// Drivers on this machine: userspace, sequences, egress-bpf,
+    /// protocol-bpf, dns-bpf (root);
     /// empty for none (only the kernels' driver).
     #[arg(long, value_delimiter = ',', default_value = "userspace,sequences")]
     drivers: Vec<String>,
@@ -38,11 +39,52 @@ struct Args {
     /// Cases per kernel configuration for the open/exec driver.
     #[arg(long, default_value_t = 5_000)]
     vm_cases: u64,
+    /// Where a disagreement's replay scenario is written (default: beside
+    /// this binary, in differential-scenarios/).
+    #[arg(long)]
+    scenarios_out: Option<std::path::PathBuf>,
 }
 
 /// The table's format.
 fn line(driver: &str, kernel: &str, cases: u64, disagreements: u64, seconds: f64) -> String {
     format!("{driver:<12} {kernel:<28} {cases:>10} {disagreements:>14} {seconds:>8.1}")
+}
+
+/// Writes a disagreement's shrunk case as a conformance scenario and says
+/// how to replay it on a real node.
+fn write_scenario(run: &Run, seed: u64, out: Option<&std::path::Path>) {
+    let Some((policies, events)) = &run.case else {
+        return;
+    };
+    let name = format!("differential-{}-{}", run.driver, seed % 1_000_000);
+    let why = format!(
+        "the {} driver disagreed with the model (seed {seed}).",
+        run.driver
+    );
+    let Some(scenario) = differential::scenario::scenario(
+        &name,
+        &why,
+        &differential::universe::cluster(),
+        policies,
+        events,
+    ) else {
+        println!("  (no replay scenario: nothing of the case is expressible)");
+        return;
+    };
+    let dir = match out {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(|d| d.join("differential-scenarios")))
+            .unwrap_or_else(|| std::env::temp_dir().join("differential-scenarios")),
+    };
+    match differential::scenario::write(&dir, &scenario) {
+        Ok(path) => println!(
+            "  replay on a real node: cargo run -p conformance -- --replay {} --host",
+            path.display()
+        ),
+        Err(e) => println!("  (the replay scenario could not be written: {e})"),
+    }
 }
 
 /// Prints a driver's run; returns whether it passed.
@@ -92,16 +134,21 @@ fn main() -> ExitCode {
             "userspace" => differential::userspace(args.cases, seed, args.threads),
             "sequences" => differential::sequences(args.cases, seed),
             "egress-bpf" => differential::kernel_egress::kernel_egress(args.cases, seed),
+            "protocol-bpf" => differential::kernel_protocol::kernel_protocol(args.cases, seed),
+            "dns-bpf" => differential::kernel_dns::kernel_dns(args.cases, seed),
             other => {
-                eprintln!("unknown driver {other:?} (userspace, sequences, egress-bpf)");
+                eprintln!(
+                    "unknown driver {other:?} (userspace, sequences, egress-bpf, protocol-bpf, dns-bpf)"
+                );
                 return ExitCode::from(2);
             }
         };
-        let kernel = if driver == "egress-bpf" {
+        let kernel = if driver.ends_with("-bpf") {
             host_kernel()
         } else {
             "-".into()
         };
+        write_scenario(&run, seed, args.scenarios_out.as_deref());
         tally(report(run, &kernel, started.elapsed().as_secs_f64()));
     }
     if !args.kernels.is_empty() {

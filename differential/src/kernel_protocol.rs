@@ -1,0 +1,771 @@
+//! Driver (b), protocol: the real protocol classifier (the
+//! `cgroup_skb/egress` program of `bpf/protocol/classifier.bpf.c`), its
+//! rule sets programmed by the real [`ProtocolManager`] from policies the
+//! real compiler evaluated, judged with `BPF_PROG_TEST_RUN` on a frame of
+//! every flow of [`universe::FLOWS`] and compared with the model's
+//! refusal.
+//!
+//! How the classifier is driven (from `bpf/tests/protocol_test_run.rs`):
+//!
+//! - A flow is its cgroup and 5-tuple; its verdict is decided on its first
+//!   data segment (TCP) or first datagram (UDP) and cached, and a rule
+//!   change recomputes a cached verdict from the cached classification
+//!   without looking at the payload again. So every frame here is the first
+//!   packet of a flow no earlier frame of the run used (a fresh source port
+//!   and destination, [`Tuples`]), and is classified afresh.
+//! - A TCP segment without payload is not classified (it passes, deferred),
+//!   so every TCP frame carries its evidence; an empty UDP datagram is
+//!   unclassified, and so is one too short for a DNS header.
+//! - Each flow is sent over IPv4 and IPv6 (the family comes from the
+//!   EtherType), and `unclassified` over TCP and UDP.
+//!
+//! Before the first case a second classifier (the *witness*: another
+//! loaded object, never attached, gating the scratch cgroup with no rule
+//! and the observe flag) classifies one frame of every kind, and the run
+//! refuses to start unless each is classified as the model's token; a
+//! disagreement also says what the witness classified its frame as.
+//!
+//! The packets' cgroup is this process's (the kernel charges a test-run
+//! skb to the caller), so the process moves into a scratch child cgroup
+//! for the run and registers a pod on it, as the egress driver does; the
+//! same single-thread rule applies. Each case upserts its policies,
+//! checks every flow, deletes them, and checks that every frame of the
+//! case (their cached flows) and a fresh one of every kind passes.
+
+use crate::model::{self, Event, Kind, Mode, Policy};
+use crate::{universe, userspace, Run, Shapes};
+use kyverno_runtime_bpf::frame::{tcp_segment_to, udp_datagram_to, PSH_ACK};
+use kyverno_runtime_bpf::protocol::{ProtoFlags, ProtocolClassifier};
+use kyverno_runtime_enforce::egress::{ContainerCgroup, NetworkPod};
+use kyverno_runtime_enforce::openexec;
+use kyverno_runtime_enforce::protocol::{
+    KernelProtocol, ProtocolManager, ProtocolObservation, ProtocolPolicy,
+};
+use kyverno_runtime_enforce::PolicyId;
+use kyverno_runtime_policy::rule::BehaviorLists;
+use kyverno_runtime_policy::values::BehaviorKind;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+/// The driver's name, as `Run.driver` reports it.
+const DRIVER: &str = "protocol-bpf";
+
+/// `BPF_PROG_TEST_RUN`'s return value for a dropped packet.
+const DROP: u32 = 0;
+
+const POD_UID: &str = "pod-uid";
+
+/// The witness's rule set (its own object: no set of the manager's).
+const WITNESS_SET: u32 = 1;
+
+// ---- cases --------------------------------------------------------------------------
+
+/// 1 to 8 policies of protocol behaviors only, from the universe's values.
+pub fn protocol_policies() -> impl Strategy<Value = Vec<Policy>> {
+    universe::policies_of(&[Kind::Protocol], universe::values_of)
+}
+
+// ---- payloads -----------------------------------------------------------------------
+
+const SSH_BANNER: &[u8] = b"SSH-2.0-OpenSSH_9.6 krt-differential\r\n";
+const HTTP1_REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n";
+/// The HTTP/2 cleartext preface, then an empty SETTINGS frame.
+const HTTP2_PREFACE: &[u8] =
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+/// Bytes that are no protocol's evidence.
+const BINARY: &[u8] = b"\x00\x01krt-differential";
+
+/// `n` as a big-endian 16-bit length field (the payloads here are small).
+fn u16be(n: usize) -> [u8; 2] {
+    u16::try_from(n).unwrap_or(u16::MAX).to_be_bytes()
+}
+
+/// One TLS extension: its type, its body's length and the body.
+fn extension(kind: u16, body: &[u8]) -> Vec<u8> {
+    let mut e = kind.to_be_bytes().to_vec();
+    e.extend_from_slice(&u16be(body.len()));
+    e.extend_from_slice(body);
+    e
+}
+
+/// A ClientHello in one TLS record: SNI, then (when `alpn` is given) an
+/// ALPN extension offering those names in order, then
+/// supported_versions.
+fn client_hello(alpn: Option<&[&[u8]]>) -> Vec<u8> {
+    let host = b"example.com";
+    let mut sni = vec![0u8]; // host_name
+    sni.extend_from_slice(&u16be(host.len()));
+    sni.extend_from_slice(host);
+    let mut body = u16be(sni.len()).to_vec();
+    body.extend_from_slice(&sni);
+    let mut exts = extension(0, &body);
+    if let Some(names) = alpn {
+        let mut list = Vec::new();
+        for n in names {
+            list.push(u8::try_from(n.len()).unwrap_or(u8::MAX));
+            list.extend_from_slice(n);
+        }
+        let mut body = u16be(list.len()).to_vec();
+        body.extend_from_slice(&list);
+        exts.extend_from_slice(&extension(16, &body));
+    }
+    // supported_versions: TLS 1.3, TLS 1.2.
+    exts.extend_from_slice(&extension(43, &[4, 0x03, 0x04, 0x03, 0x03]));
+
+    let mut hello = vec![0x03, 0x03]; // legacy_version
+    hello.extend_from_slice(&[0x5a; 32]); // random
+    hello.push(32);
+    hello.extend_from_slice(&[0xa5; 32]); // legacy_session_id
+    hello.extend_from_slice(&[0, 4, 0x13, 0x01, 0x13, 0x02]); // cipher_suites
+    hello.extend_from_slice(&[1, 0]); // compression: null
+    hello.extend_from_slice(&u16be(exts.len()));
+    hello.extend_from_slice(&exts);
+
+    let mut hs = vec![1u8]; // client_hello
+    let len = u32::try_from(hello.len()).unwrap_or(u32::MAX).to_be_bytes();
+    hs.extend_from_slice(&len[1..]);
+    hs.extend_from_slice(&hello);
+
+    let mut record = vec![22, 0x03, 0x01];
+    record.extend_from_slice(&u16be(hs.len()));
+    record.extend_from_slice(&hs);
+    record
+}
+
+/// A standard query (RD set) for `name`, type A, class IN; the name's
+/// labels as spelled (case kept: lowercasing is the observers' job; empty
+/// labels, a trailing dot's included, are left out, so `"a.b."` and
+/// `"a.b"` are the same bytes).
+pub(crate) fn dns_query(name: &str) -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.').filter(|l| !l.is_empty()) {
+        q.push(u8::try_from(label.len()).unwrap_or(u8::MAX));
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.push(0);
+    q.extend_from_slice(&[0, 1, 0, 1]);
+    q
+}
+
+/// A QUIC version 1 Initial, padded to 1200 bytes as clients send it.
+fn quic_initial() -> Vec<u8> {
+    let mut p = vec![0xc3, 0, 0, 0, 1];
+    p.push(8);
+    p.extend_from_slice(&[0x11; 8]); // DCID
+    p.push(0); // SCID length
+    p.push(0); // token length
+    p.extend_from_slice(&[0x44, 0x9e]); // length (varint)
+    p.resize(1200, 0);
+    p
+}
+
+// ---- frames -------------------------------------------------------------------------
+
+/// Source ports and destinations no earlier frame of the run used: the
+/// classifier caches a verdict per 5-tuple, and a reused tuple would be
+/// judged by its old classification.
+#[derive(Debug, Default)]
+pub(crate) struct Tuples {
+    next: u64,
+}
+
+impl Tuples {
+    /// Ports 1024..65535 for each destination of 198.18.0.0/15 (IPv4) or
+    /// 2001:db8:1::/64 (IPv6) in turn: unique for 8 billion frames.
+    pub(crate) fn fresh(&mut self, v6: bool, port: u16) -> (u16, SocketAddr) {
+        const PORTS: u64 = 65535 - 1024;
+        let n = self.next;
+        self.next += 1;
+        let sport = 1024 + u16::try_from(n % PORTS).unwrap_or(0);
+        let host = n / PORTS;
+        let ip = if v6 {
+            IpAddr::V6(Ipv6Addr::from(
+                0x2001_0db8_0001_0000_0000_0000_0000_0000u128 | u128::from(host),
+            ))
+        } else {
+            let low = u32::try_from(host % (1 << 17)).unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(
+                u32::from(Ipv4Addr::new(198, 18, 0, 0)) + low,
+            ))
+        };
+        (sport, SocketAddr::new(ip, port))
+    }
+}
+
+/// One way of sending a flow: its transport, destination port and first
+/// payload.
+#[derive(Clone, Debug)]
+struct FrameKind {
+    /// How it is described in a disagreement.
+    label: &'static str,
+    udp: bool,
+    port: u16,
+    payload: Vec<u8>,
+}
+
+impl FrameKind {
+    fn tcp(label: &'static str, port: u16, payload: Vec<u8>) -> Self {
+        Self {
+            label,
+            udp: false,
+            port,
+            payload,
+        }
+    }
+
+    fn udp(label: &'static str, port: u16, payload: Vec<u8>) -> Self {
+        Self {
+            label,
+            udp: true,
+            port,
+            payload,
+        }
+    }
+
+    /// The first packet of a fresh flow of this kind.
+    fn frame(&self, tuples: &mut Tuples, v6: bool) -> Frame {
+        let (sport, dst) = tuples.fresh(v6, self.port);
+        let bytes = if self.udp {
+            udp_datagram_to(sport, dst, &self.payload)
+        } else {
+            tcp_segment_to(sport, dst, PSH_ACK, &self.payload)
+        };
+        Frame {
+            what: format!(
+                "{} ({} {sport} -> {dst})",
+                self.label,
+                if self.udp { "udp" } else { "tcp" }
+            ),
+            bytes,
+        }
+    }
+}
+
+/// One frame sent, with what it is for a message.
+#[derive(Clone, Debug)]
+struct Frame {
+    what: String,
+    bytes: Vec<u8>,
+}
+
+/// A flow of the universe and the ways it is sent.
+#[derive(Clone, Debug)]
+struct Flow {
+    protocol: &'static str,
+    alpn: Option<&'static str>,
+    kinds: Vec<FrameKind>,
+}
+
+impl Flow {
+    fn event(&self) -> Event {
+        Event::Protocol {
+            protocol: self.protocol,
+            alpn: self.alpn,
+        }
+    }
+
+    /// The flow as a policy would name it (`tls/h2`, `ssh`).
+    fn token(&self) -> String {
+        match self.alpn {
+            Some(a) => format!("{}/{a}", self.protocol),
+            None => self.protocol.to_owned(),
+        }
+    }
+}
+
+/// The frames the classifier names `protocol` (with `alpn`), the model's
+/// vocabulary; an error for a flow this driver has no frame of.
+fn flow(protocol: &'static str, alpn: Option<&'static str>) -> Result<Flow, String> {
+    let kinds = match (protocol, alpn) {
+        ("ssh", None) => vec![FrameKind::tcp("SSH banner", 22, SSH_BANNER.to_vec())],
+        ("tls", None) => vec![FrameKind::tcp(
+            "ClientHello without ALPN",
+            443,
+            client_hello(None),
+        )],
+        ("tls", Some(first)) => {
+            // The first offered name decides; the universe's other ALPNs
+            // follow it, so a rule naming one of those must not match.
+            let mut names: Vec<&[u8]> = vec![first.as_bytes()];
+            names.extend(
+                universe::FLOWS
+                    .iter()
+                    .filter_map(|(_, a)| *a)
+                    .filter(|a| *a != first)
+                    .map(str::as_bytes),
+            );
+            vec![FrameKind::tcp(
+                "ClientHello offering ALPN",
+                443,
+                client_hello(Some(&names)),
+            )]
+        }
+        ("dns", None) => vec![FrameKind::udp("DNS query", 53, dns_query("example.com"))],
+        ("http/1.1", None) => vec![FrameKind::tcp(
+            "HTTP/1.1 request",
+            80,
+            HTTP1_REQUEST.to_vec(),
+        )],
+        ("http/2", None) => vec![FrameKind::tcp("HTTP/2 preface", 80, HTTP2_PREFACE.to_vec())],
+        ("quic", None) => vec![FrameKind::udp("QUIC v1 Initial", 443, quic_initial())],
+        ("unclassified", None) => vec![
+            FrameKind::tcp("binary bytes", 9000, BINARY.to_vec()),
+            // Too short for a DNS header, and no QUIC long header.
+            FrameKind::udp("a short datagram", 9000, b"hello".to_vec()),
+            // An empty datagram is a whole first datagram with no evidence
+            // (an empty TCP segment would be deferred, not classified).
+            FrameKind::udp("an empty datagram", 9000, Vec::new()),
+        ],
+        _ => return Err(format!("no frame for the flow {protocol:?} {alpn:?}")),
+    };
+    Ok(Flow {
+        protocol,
+        alpn,
+        kinds,
+    })
+}
+
+// ---- the scratch cgroup -------------------------------------------------------------
+
+/// The mount point of the first cgroup2 filesystem (field 5 of a
+/// mountinfo line whose filesystem type, after " - ", is cgroup2).
+fn cgroup2_mount() -> Result<PathBuf, String> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
+    mountinfo
+        .lines()
+        .find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            (right.split_whitespace().next()? == "cgroup2")
+                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .ok_or_else(|| "no cgroup2 mount in /proc/self/mountinfo".to_owned())
+}
+
+/// This process's cgroup v2 directory: the `0::PATH` line of
+/// /proc/self/cgroup under the mount.
+fn own_cgroup_dir(mount: &Path) -> Result<PathBuf, String> {
+    let cgroups = fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
+    let path = cgroups
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or_else(|| "no cgroup v2 line (0::PATH) in /proc/self/cgroup".to_owned())?;
+    Ok(mount.join(path.trim_start_matches('/')))
+}
+
+/// This process moved into a child cgroup it created; on drop moved back
+/// and that directory (only it) removed.
+pub(crate) struct Scratch {
+    driver: &'static str,
+    original: PathBuf,
+    /// The child cgroup's directory.
+    pub(crate) child: PathBuf,
+    moved: bool,
+}
+
+impl Scratch {
+    /// Creates `krt-differential-<driver>-<pid>` under the cgroup2 mount
+    /// and moves this process into it.
+    pub(crate) fn enter(driver: &'static str) -> Result<Self, String> {
+        let mount = cgroup2_mount()?;
+        let original = own_cgroup_dir(&mount)?;
+        let child = mount.join(format!("krt-differential-{driver}-{}", std::process::id()));
+        // An existing directory is not ours (or a leftover with links in
+        // it): refused, never removed.
+        fs::create_dir(&child).map_err(|e| format!("mkdir {}: {e}", child.display()))?;
+        let mut guard = Self {
+            driver,
+            original,
+            child,
+            moved: false,
+        };
+        let procs = guard.child.join("cgroup.procs");
+        fs::write(&procs, std::process::id().to_string())
+            .map_err(|e| format!("joining {}: {e}", procs.display()))?;
+        guard.moved = true;
+        // Elsewhere the frames would carry another cgroup's id and pass
+        // ungated: refuse to run rather than report a wrong disagreement.
+        let now = own_cgroup_dir(&mount)?;
+        if now != guard.child {
+            return Err(format!(
+                "moved into {}, but /proc/self/cgroup says {}",
+                guard.child.display(),
+                now.display()
+            ));
+        }
+        Ok(guard)
+    }
+
+    /// The child as a pod's container cgroup: its id is its directory's
+    /// inode (what `bpf_skb_cgroup_id` returns).
+    pub(crate) fn container(&self) -> Result<ContainerCgroup, String> {
+        let id = fs::metadata(&self.child)
+            .map(|m| m.ino())
+            .map_err(|e| format!("stat {}: {e}", self.child.display()))?;
+        Ok(ContainerCgroup {
+            id,
+            path: self.child.clone(),
+        })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.moved {
+            let procs = self.original.join("cgroup.procs");
+            if let Err(e) = fs::write(&procs, std::process::id().to_string()) {
+                eprintln!(
+                    "{}: cannot move back to {}: {e}",
+                    self.driver,
+                    procs.display()
+                );
+            }
+        }
+        // A just-emptied cgroup can refuse rmdir for a moment (EBUSY).
+        let mut last = None;
+        for _ in 0..50 {
+            match fs::remove_dir(&self.child) {
+                Ok(()) => return,
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if let Some(e) = last {
+            eprintln!(
+                "{}: cannot remove {}: {e}",
+                self.driver,
+                self.child.display()
+            );
+        }
+    }
+}
+
+/// The pod on the scratch cgroup, labelled so that exactly the policies
+/// with `selects` select it (see `userspace::spec`).
+pub(crate) fn pod(cgroup: ContainerCgroup) -> NetworkPod {
+    NetworkPod {
+        uid: POD_UID.into(),
+        namespace: "default".into(),
+        name: "web".into(),
+        labels: [("app".to_owned(), "web".to_owned())].into(),
+        namespace_labels: BTreeMap::new(),
+        cgroups: vec![cgroup],
+    }
+}
+
+/// The product's mode of a model policy.
+pub(crate) fn mode(m: Mode) -> openexec::Mode {
+    match m {
+        Mode::Monitor => openexec::Mode::Monitor,
+        Mode::Enforce => openexec::Mode::Enforce,
+    }
+}
+
+// ---- the product --------------------------------------------------------------------
+
+/// The manager over the kernel classifier, the witness, one pod on the
+/// scratch cgroup, and every flow of the universe.
+struct Kernel {
+    manager: ProtocolManager<KernelProtocol>,
+    witness: ProtocolClassifier,
+    flows: Vec<Flow>,
+    tuples: Tuples,
+}
+
+impl Kernel {
+    fn new(cgroup: ContainerCgroup) -> Result<Self, String> {
+        let backend = KernelProtocol::load().map_err(|e| format!("loading: {e}"))?;
+        let mut manager = ProtocolManager::new(backend);
+        let witness = ProtocolClassifier::load().map_err(|e| format!("loading: {e}"))?;
+        // No rule: every flow passes, and is counted (observe).
+        witness
+            .set_filter(
+                cgroup.id,
+                WITNESS_SET,
+                ProtoFlags {
+                    default_deny: false,
+                    observe: true,
+                },
+            )
+            .map_err(|e| format!("gating the witness: {e}"))?;
+        if let Some(f) = manager.upsert_pod(pod(cgroup)).first() {
+            return Err(f.to_string());
+        }
+        let flows = universe::FLOWS
+            .iter()
+            .map(|(p, a)| flow(p, *a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut k = Self {
+            manager,
+            witness,
+            flows,
+            tuples: Tuples::default(),
+        };
+        k.preflight()?;
+        Ok(k)
+    }
+
+    /// Every frame kind, over both families, is classified as its flow's
+    /// token, and passes while no policy is programmed.
+    fn preflight(&mut self) -> Result<(), String> {
+        let flows = self.flows.clone();
+        for f in &flows {
+            for kind in &f.kinds {
+                for v6 in [false, true] {
+                    let frame = kind.frame(&mut self.tuples, v6);
+                    let seen = self.classify(&frame.bytes)?;
+                    if seen != [f.token()] {
+                        return Err(format!(
+                            "the frame for {} ({}) is classified as {seen:?}",
+                            f.token(),
+                            frame.what
+                        ));
+                    }
+                    if self.dropped(&frame.bytes)? {
+                        return Err(format!("{} is dropped with no policy", frame.what));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the witness classifies `frame` as, in the policy vocabulary
+    /// (`tls/h2`, `http/1.1`, `unclassified`): one entry per flow counted.
+    fn classify(&self, frame: &[u8]) -> Result<Vec<String>, String> {
+        self.witness
+            .test_run(frame)
+            .map_err(|e| format!("witness test run: {e}"))?;
+        let events = self
+            .witness
+            .drain_events()
+            .map_err(|e| format!("witness drain: {e}"))?;
+        Ok(events
+            .iter()
+            .map(ProtocolObservation::from_event)
+            .flat_map(|o| {
+                let token = match &o.alpn {
+                    Some(a) => format!("{}/{a}", o.protocol),
+                    None => o.protocol.to_owned(),
+                };
+                std::iter::repeat_n(token, usize::try_from(o.count).unwrap_or(usize::MAX))
+            })
+            .collect())
+    }
+
+    /// Compiles `p` as the daemon does and upserts its protocol part.
+    fn apply(&mut self, p: &Policy) -> Result<(), String> {
+        let (compiled, result) = userspace::compile(p).map_err(|e| e.0)?;
+        let outcome = self.manager.upsert_policy(ProtocolPolicy {
+            id: PolicyId::new(p.name.clone()).map_err(|e| e.to_string())?,
+            name: p.name.clone(),
+            mode: mode(p.mode),
+            target: compiled.target,
+            protocol: BehaviorLists::merge(&result, BehaviorKind::Protocol),
+        });
+        if !outcome.rejections.is_empty() || !outcome.failures.is_empty() {
+            return Err(format!("{}: protocol not programmed: {outcome:?}", p.name));
+        }
+        Ok(())
+    }
+
+    /// Deletes every policy of the case; the pod must then hold no set and
+    /// no attachment. Takes the counted flows, so they do not pile up.
+    fn clear(&mut self, policies: &[Policy]) -> Result<(), String> {
+        let mut failures = Vec::new();
+        let names: BTreeSet<&str> = policies.iter().map(|p| p.name.as_str()).collect();
+        for name in names {
+            let id = PolicyId::new(name.to_owned()).map_err(|e| e.to_string())?;
+            failures.extend(self.manager.delete_policy(&id));
+        }
+        let drained = self.manager.drain();
+        if let Some(e) = drained.errors.first() {
+            return Err(format!("draining: {e}"));
+        }
+        if let Some(f) = failures.first() {
+            return Err(format!("deleting the policies: {f}"));
+        }
+        if let Some(set) = self.manager.programmed(POD_UID) {
+            return Err(format!(
+                "deleted every policy, the pod still has a set: {set:?}"
+            ));
+        }
+        let attached: Vec<u64> = self.manager.kernel().attached().collect();
+        if !attached.is_empty() {
+            return Err(format!(
+                "deleted every policy, still attached to {attached:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the manager's classifier drops `frame`.
+    fn dropped(&self, frame: &[u8]) -> Result<bool, String> {
+        self.manager
+            .kernel()
+            .classifier()
+            .test_run(frame)
+            .map(|verdict| verdict == DROP)
+            .map_err(|e| format!("test run: {e}"))
+    }
+
+    /// Programs `policies`, checks every flow against the model, deletes
+    /// them and checks that every frame passes. Cleans up even when a
+    /// check fails, so the next case starts from nothing.
+    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
+        let mut sent = Vec::new();
+        let result = self.check(policies, checked, &mut sent);
+        let cleared = self.clear(policies);
+        result?;
+        cleared?;
+        // The case's flows (cached, some as dropped) and fresh ones.
+        let flows = self.flows.clone();
+        for f in &flows {
+            for kind in &f.kinds {
+                for v6 in [false, true] {
+                    sent.push(kind.frame(&mut self.tuples, v6));
+                }
+            }
+        }
+        for frame in &sent {
+            if self.dropped(&frame.bytes)? {
+                return Err(format!(
+                    "after every policy was deleted, {} is still dropped (a stale entry)",
+                    frame.what
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check(
+        &mut self,
+        policies: &[Policy],
+        checked: &Cell<u64>,
+        sent: &mut Vec<Frame>,
+    ) -> Result<(), String> {
+        for p in policies {
+            self.apply(p)?;
+        }
+        let flows = self.flows.clone();
+        for f in &flows {
+            checked.set(checked.get() + 1);
+            let want = model::decide(policies, &f.event());
+            for kind in &f.kinds {
+                for v6 in [false, true] {
+                    let frame = kind.frame(&mut self.tuples, v6);
+                    let dropped = self.dropped(&frame.bytes)?;
+                    if dropped != want.refused {
+                        // The same bytes on a fresh tuple, through the
+                        // witness: whether the frame is the model's flow.
+                        let again = kind.frame(&mut self.tuples, v6);
+                        let seen = self
+                            .classify(&again.bytes)
+                            .unwrap_or_else(|e| vec![format!("(unknown: {e})")]);
+                        let verb = |refused| if refused { "drops" } else { "passes" };
+                        return Err(format!(
+                            "{} over {}: the kernel {} it, the model {} it (its findings: {:?}); \
+                             the witness classifies the frame as {seen:?}",
+                            f.token(),
+                            frame.what,
+                            verb(dropped),
+                            verb(want.refused),
+                            want.findings
+                        ));
+                    }
+                    sent.push(frame);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn cannot_run(why: String) -> Run {
+    Run {
+        driver: DRIVER,
+        cases: 0,
+        disagreement: Some(format!("cannot run: {why}")),
+        shapes: Shapes::default(),
+        case: None,
+    }
+}
+
+/// Driver (b), protocol: about `cases` (policy set, flow) pairs, each
+/// policy set drawn from the protocol universe (seeded with `seed`),
+/// programmed by the real [`ProtocolManager`] over the real kernel
+/// classifier and judged by it (`BPF_PROG_TEST_RUN`) on the first packet
+/// of a fresh flow of every kind of [`universe::FLOWS`], over IPv4 and
+/// IPv6, against the refusal of [`model::decide`]. After each set its
+/// policies are deleted and every frame must pass again.
+///
+/// Needs root and a cgroup v2 mount (otherwise the run has no cases and
+/// says why); moves this process into a scratch child cgroup for the run
+/// (moved back and removed on the way out), so it must be called with no
+/// other thread running.
+pub fn kernel_protocol(cases: u64, seed: u64) -> Run {
+    let scratch = match Scratch::enter(DRIVER) {
+        Ok(s) => s,
+        Err(why) => return cannot_run(why),
+    };
+    let kernel = match scratch.container().and_then(Kernel::new) {
+        Ok(k) => RefCell::new(k),
+        Err(why) => return cannot_run(why),
+    };
+    let per_set = universe::FLOWS.len().max(1) as u64;
+    let sets = u32::try_from(cases.div_ceil(per_set)).unwrap_or(u32::MAX);
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases: sets,
+            failure_persistence: None,
+            // Enough steps to shrink 8 policies to the few that disagree.
+            max_shrink_iters: 4096,
+            ..Config::default()
+        },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+    );
+    let checked = Cell::new(0u64);
+    let shapes = Shapes::default();
+    let result = runner.run(&protocol_policies(), |policies| {
+        shapes.tally(&policies);
+        kernel
+            .borrow_mut()
+            .case(&policies, &checked)
+            .map_err(TestCaseError::fail)
+    });
+    // The links go (detach) before the cgroup does.
+    drop(kernel);
+    drop(scratch);
+    // The replay scenario of a disagreement probes every flow.
+    let every: Vec<Event> = universe::FLOWS
+        .iter()
+        .map(|(protocol, alpn)| Event::Protocol {
+            protocol,
+            alpn: *alpn,
+        })
+        .collect();
+    let (disagreement, case) = match result.err() {
+        Some(TestError::Fail(why, value)) => (
+            Some(format!("{why}\n  minimal case: {value:#?}")),
+            Some((value, every)),
+        ),
+        Some(TestError::Abort(why)) => (Some(format!("aborted: {why}")), None),
+        None => (None, None),
+    };
+    Run {
+        driver: DRIVER,
+        cases: checked.get(),
+        disagreement,
+        shapes,
+        case,
+    }
+}
