@@ -480,6 +480,13 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
         "allowed.test's own address is allowed by its name"
     );
     assert_eq!(by("dns-watch-deny"), [allowed.to_string()]);
+    // The deny's result says which of its values the address matched as.
+    let matched: Vec<&str> = results
+        .iter()
+        .filter(|x| x["policy"] == "dns-watch-deny")
+        .filter_map(|x| x["properties"]["matched"].as_str())
+        .collect();
+    assert_eq!(matched, ["allowed.test"], "{results:?}");
     let text = wait_for(
         "the snooper's counters in /metrics",
         Duration::from_secs(20),

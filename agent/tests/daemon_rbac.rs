@@ -373,6 +373,7 @@ fn run_reporter(
                 first_observed: now,
                 last_observed: now,
                 process: None,
+                matched: Vec::new(),
             });
         }
         // A flush outside `run`: the policy's roll-up setting is read with

@@ -148,6 +148,7 @@ fn the_collector_ends_as_a_command_does_when_its_output_fails() {
         first_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
         last_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
         process: None,
+        matched: Vec::new(),
     };
     let closed_pipe = || {
         let (read, write) = nix::unistd::pipe().unwrap();

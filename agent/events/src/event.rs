@@ -336,6 +336,7 @@ mod tests {
             first_observed: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             last_observed: UNIX_EPOCH + Duration::from_secs(1_700_000_010),
             process: None,
+            matched: Vec::new(),
         }
     }
 

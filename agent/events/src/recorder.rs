@@ -622,6 +622,7 @@ mod tests {
             first_observed: UNIX_EPOCH,
             last_observed: SystemTime::now(),
             process: None,
+            matched: Vec::new(),
         }
     }
 

@@ -117,6 +117,7 @@ fn finding(pod: &PodIdentity, policy: &str, target: &str, enforced: bool) -> Fin
         first_observed: now - Duration::from_secs(5),
         last_observed: now,
         process: None,
+        matched: Vec::new(),
     }
 }
 

@@ -110,6 +110,17 @@ impl NetMatcher {
         }
     }
 
+    /// Which of `names` (the destination's Service and domain names) this
+    /// policy's values name, on either list: what a finding says the
+    /// destination matched as.
+    pub fn named(&self, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .filter(|n| self.deny_names.contains(*n) || self.allow_names.contains(*n))
+            .cloned()
+            .collect()
+    }
+
     /// The decision on packets to `dest`, this policy alone.
     pub fn judge(&self, dest: IpAddr, names: &[String]) -> Decision {
         decide([self.matches(dest, names)])

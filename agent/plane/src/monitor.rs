@@ -370,6 +370,10 @@ impl Monitor {
                 _ => Vec::new(),
             },
         });
+        let matched = match (&event.facts, &policy.behaviors.net) {
+            (Facts::Net { names, .. }, Some(net)) => net.named(names),
+            _ => Vec::new(),
+        };
         let finding = Finding {
             policy: policy.name.clone(),
             policy_uid: policy.uid.clone(),
@@ -389,6 +393,7 @@ impl Monitor {
             first_observed: event.time,
             last_observed: event.time,
             process,
+            matched,
         };
         let (last, rest) = match self.sinks.split_last() {
             Some(split) => split,

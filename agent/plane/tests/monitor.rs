@@ -849,8 +849,9 @@ fn service_and_domain_values_are_judged_by_the_names_of_the_destination() {
     m.handle(&net("10.96.0.10", &["api.prod.svc"]));
     assert!(findings.take().is_empty(), "the Service's own address");
     m.handle(&net("203.0.113.7", &["evil.example"]));
+    let got = findings.take();
     assert_eq!(
-        named(&findings.take()),
+        named(&got),
         [
             (
                 "allow-api".to_string(),
@@ -860,6 +861,33 @@ fn service_and_domain_values_are_judged_by_the_names_of_the_destination() {
             ("deny-domain".to_string(), false, Some(Decision::Denied)),
         ]
     );
+    // The finding says which value the destination matched as; a default
+    // deny names none (no value of the policy named it).
+    let matched = |policy: &str| {
+        got.iter()
+            .find(|f| f.policy == policy)
+            .map(|f| f.matched.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(matched("deny-domain"), ["evil.example"]);
+    assert!(matched("allow-api").is_empty());
+    // An enforce refusal of a Service's address names the Service.
+    m.set_policy(policy(
+        "deny-db",
+        serde_json::json!({"mode": "enforce", "podSelector": {},
+            "behaviors": [{"network": {"deny": {"values": ["db.prod.svc"]}}}]}),
+    ));
+    let mut refused = net("10.96.0.20", &["db.prod.svc"]);
+    refused.kernel = Some(KernelVerdict::Denied);
+    m.handle(&refused);
+    let got = findings.take();
+    let db = got.iter().find(|f| f.policy == "deny-db");
+    assert_eq!(
+        db.map(|f| (f.enforced, f.matched.clone())),
+        Some((true, vec!["db.prod.svc".to_string()])),
+        "{got:?}"
+    );
+    m.remove_policy("deny-db");
     // The same address unnamed (a Service's endpoint no longer, an
     // expired answer): judged by its address alone.
     m.handle(&net("10.96.0.10", &[]));

@@ -54,6 +54,7 @@ pub(crate) fn encode(redacted: Finding, node: &str) -> proto::Finding {
         first_observed,
         last_observed,
         process,
+        matched,
     } = redacted;
     let PodIdentity {
         namespace,
@@ -84,6 +85,7 @@ pub(crate) fn encode(redacted: Finding, node: &str) -> proto::Finding {
         fingerprint,
         node: node.to_owned(),
         process: process.map(|Process { pid, comm, argv }| proto::Process { pid, comm, argv }),
+        matched,
     }
 }
 
@@ -122,6 +124,7 @@ impl TryFrom<proto::Finding> for ReceivedFinding {
             fingerprint,
             node,
             process,
+            matched,
         } = msg;
         let behavior = match proto::Behavior::try_from(behavior) {
             Ok(proto::Behavior::Network) => Behavior::Network,
@@ -182,6 +185,7 @@ impl TryFrom<proto::Finding> for ReceivedFinding {
                     comm,
                     argv,
                 }),
+                matched,
             },
         })
     }
@@ -250,6 +254,10 @@ pub struct CollectedFinding {
     /// The process of the latest occurrence, when the kernel named it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<CollectedProcess>,
+    /// The Service and domain values the destination matched as (a
+    /// network finding; omitted when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub matched: Vec<String>,
 }
 
 /// The process of a [`CollectedFinding`].
@@ -283,6 +291,7 @@ impl From<ReceivedFinding> for CollectedFinding {
             first_observed,
             last_observed,
             process,
+            matched,
         } = finding.redact();
         let PodIdentity {
             namespace,
@@ -318,6 +327,7 @@ impl From<ReceivedFinding> for CollectedFinding {
                 comm,
                 argv,
             }),
+            matched,
         }
     }
 }
@@ -352,6 +362,7 @@ mod tests {
                 comm: "curl".into(),
                 argv: vec!["curl".into(), "-sS".into(), "http://example".into()],
             }),
+            matched: Vec::new(),
         }
     }
 

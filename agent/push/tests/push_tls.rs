@@ -160,6 +160,7 @@ fn finding(target: &str) -> Finding {
         first_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
         last_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_001),
         process: None,
+        matched: Vec::new(),
     }
 }
 

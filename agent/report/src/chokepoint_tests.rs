@@ -52,6 +52,7 @@ fn secret_finding() -> Finding {
                 format!("--token={SECRET}"),
             ],
         }),
+        matched: vec![format!("api.svc token={SECRET}")],
     }
 }
 
@@ -88,6 +89,7 @@ fn every_field_is_scrubbed() {
         first_observed: _,
         last_observed: _,
         process,
+        matched,
     } = secret_finding().redact();
     let Process { pid: _, comm, argv } = process.unwrap();
     scrubbed("process.comm", &comm);
@@ -102,6 +104,7 @@ fn every_field_is_scrubbed() {
     scrubbed("pod.owner_kind", &owner_kind.unwrap());
     scrubbed("pod.owner_name", &owner_name.unwrap());
     scrubbed("target", &target);
+    scrubbed("matched[0]", &matched[0]);
 }
 
 #[test]

@@ -251,6 +251,11 @@ pub struct Finding {
     pub last_observed: SystemTime,
     /// The process of the latest occurrence, when the kernel named it.
     pub process: Option<Process>,
+    /// For a network finding, the Service and domain values of the
+    /// policy that the destination is known under (a Service's ClusterIPs
+    /// and endpoints, a domain's addresses from the pod's DNS answers):
+    /// why an address the policy does not spell out matched.
+    pub matched: Vec<String>,
 }
 
 impl Finding {
@@ -333,6 +338,7 @@ impl Finding {
             first_observed,
             last_observed,
             process,
+            matched,
         } = self;
         Finding {
             policy: sanitize(&policy),
@@ -346,6 +352,7 @@ impl Finding {
             first_observed,
             last_observed,
             process: process.map(Process::redact),
+            matched: matched.iter().map(|m| sanitize(m)).collect(),
         }
     }
 
@@ -389,6 +396,7 @@ impl fmt::Debug for Finding {
             first_observed,
             last_observed,
             process,
+            matched,
         } = self.clone().redact();
         f.debug_struct("Finding")
             .field("policy", &policy)
@@ -402,6 +410,7 @@ impl fmt::Debug for Finding {
             .field("first_observed", &first_observed)
             .field("last_observed", &last_observed)
             .field("process", &process)
+            .field("matched", &matched)
             .finish()
     }
 }
@@ -526,6 +535,7 @@ mod tests {
             first_observed: at(100),
             last_observed: at(100),
             process: None,
+            matched: Vec::new(),
         }
     }
 

@@ -568,6 +568,7 @@ mod tests {
             first_observed: at(first),
             last_observed: at(last),
             process: None,
+            matched: Vec::new(),
         }
     }
 

@@ -1094,6 +1094,7 @@ mod tests {
             first_observed: at(first),
             last_observed: at(last),
             process: None,
+            matched: Vec::new(),
         }
     }
 

@@ -49,6 +49,10 @@ pub mod property {
     /// A DNS finding's queried name (the same as `target`; the name the
     /// original writer gave it).
     pub const DNS_NAME: &str = "dnsName";
+    /// A network finding's Service and domain values the destination is
+    /// known under (comma-separated): why an address the policy does not
+    /// spell out matched it.
+    pub const MATCHED: &str = "matched";
     /// The pod owner's kind, when it has one: its controller, or, for a
     /// ReplicaSet a Deployment controls, `Deployment`. With
     /// [`OWNER_VERIFIED`] `"true"` it is the owner the API verified;
@@ -78,7 +82,7 @@ pub mod property {
     pub const POD_COUNT: &str = "podCount";
 
     /// Every key a result may carry.
-    pub const ALL: [&str; 18] = [
+    pub const ALL: [&str; 19] = [
         BEHAVIOR,
         TARGET,
         ENFORCED,
@@ -90,6 +94,7 @@ pub mod property {
         FINGERPRINT,
         DECISION,
         DNS_NAME,
+        MATCHED,
         OWNER_KIND,
         OWNER_NAME,
         PID,
@@ -157,6 +162,7 @@ pub(crate) fn pod_result(finding: &Finding, mark: Option<&OwnerMark>) -> ReportR
         first_observed,
         last_observed,
         process,
+        matched,
     } = redacted;
     let pod_ref = pod_reference(&pod);
     let PodIdentity {
@@ -187,6 +193,9 @@ pub(crate) fn pod_result(finding: &Finding, mark: Option<&OwnerMark>) -> ReportR
     }
     if behavior == Behavior::Dns {
         text(property::DNS_NAME, &target);
+    }
+    if !matched.is_empty() {
+        text(property::MATCHED, &matched.join(","));
     }
     let (owner_kind, owner_name) = match mark {
         Some(OwnerMark::Verified(owner)) => (Some(owner.kind.clone()), Some(owner.name.clone())),
@@ -473,6 +482,7 @@ mod tests {
             first_observed: at(1_700_000_000),
             last_observed: at(1_700_000_060) + Duration::from_millis(999),
             process: None,
+            matched: Vec::new(),
         }
     }
 
@@ -545,6 +555,17 @@ mod tests {
         let props = report_result(&f).properties.unwrap();
         assert_eq!(props[property::COMM], "cat");
         assert!(!props.contains_key(property::ARGV), "a refusal has no argv");
+    }
+
+    #[test]
+    fn a_network_result_names_the_values_its_destination_matched_as() {
+        let mut f = finding(Behavior::Network, true);
+        f.target = "10.96.0.20".into();
+        let props = report_result(&f).properties.unwrap_or_default();
+        assert!(!props.contains_key(property::MATCHED), "none: no property");
+        f.matched = vec!["db.prod.svc".into(), "db.example".into()];
+        let props = report_result(&f).properties.unwrap_or_default();
+        assert_eq!(props[property::MATCHED], "db.prod.svc,db.example");
     }
 
     #[test]

@@ -110,6 +110,7 @@ fn finding(pod: &PodIdentity, target: &str, count: u64, first: u64, last: u64) -
         first_observed: at(first),
         last_observed: at(last),
         process: None,
+        matched: Vec::new(),
     }
 }
 

@@ -40,6 +40,7 @@ fn finding(policy: (&str, &str), pod: &PodIdentity) -> Finding {
         first_observed: SystemTime::now(),
         last_observed: SystemTime::now(),
         process: None,
+        matched: Vec::new(),
     }
 }
 

@@ -68,6 +68,7 @@ fn finding(
         first_observed: at(first),
         last_observed: at(last),
         process: None,
+        matched: Vec::new(),
     }
 }
 
