@@ -26,8 +26,10 @@
 //! The process moves into a scratch child cgroup for the run, as the other
 //! kernel drivers do (see [`crate::kernel_protocol`]).
 
-use crate::kernel_protocol::{dns_query, mode, pod, Scratch};
+use crate::kernel_common::{cannot_run, finish, mode, pod, Scratch};
+use crate::kernel_protocol::dns_query;
 use crate::model::{self, Decision, Event, Kind, Mode, Policy};
+use crate::runner;
 use crate::{universe, userspace, Run, Shapes};
 use kyverno_runtime_bpf::dns::{DnsQuestion, DnsReader};
 use kyverno_runtime_bpf::frame::udp_datagram_to;
@@ -38,7 +40,7 @@ use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use proptest::test_runner::TestCaseError;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -355,16 +357,6 @@ impl Kernel {
     }
 }
 
-fn cannot_run(why: String) -> Run {
-    Run {
-        driver: DRIVER,
-        cases: 0,
-        disagreement: Some(format!("cannot run: {why}")),
-        shapes: Shapes::default(),
-        case: None,
-    }
-}
-
 /// Driver (b), dns: about `cases` (policy set, question) pairs, each
 /// policy set drawn from the dns universe (seeded with `seed`), gated by
 /// the real [`DnsGateManager`] over the real kernel observer, which is fed
@@ -382,26 +374,15 @@ fn cannot_run(why: String) -> Run {
 pub fn kernel_dns(cases: u64, seed: u64) -> Run {
     let scratch = match Scratch::enter(DRIVER) {
         Ok(s) => s,
-        Err(why) => return cannot_run(why),
+        Err(why) => return cannot_run(DRIVER, why),
     };
     let kernel = match scratch.container().and_then(Kernel::new) {
         Ok(k) => RefCell::new(k),
-        Err(why) => return cannot_run(why),
+        Err(why) => return cannot_run(DRIVER, why),
     };
     let per_set = universe::QUESTIONS.len().max(1) as u64;
     let sets = u32::try_from(cases.div_ceil(per_set)).unwrap_or(u32::MAX);
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let mut runner = TestRunner::new_with_rng(
-        Config {
-            cases: sets,
-            failure_persistence: None,
-            // Enough steps to shrink 8 policies to the few that disagree.
-            max_shrink_iters: 4096,
-            ..Config::default()
-        },
-        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
-    );
+    let mut runner = runner(seed, sets);
     let checked = Cell::new(0u64);
     let shapes = Shapes::default();
     let result = runner.run(&dns_policies(), |policies| {
@@ -419,19 +400,5 @@ pub fn kernel_dns(cases: u64, seed: u64) -> Run {
         .iter()
         .map(|q| Event::Dns((*q).to_owned()))
         .collect();
-    let (disagreement, case) = match result.err() {
-        Some(TestError::Fail(why, value)) => (
-            Some(format!("{why}\n  minimal case: {value:#?}")),
-            Some((value, every)),
-        ),
-        Some(TestError::Abort(why)) => (Some(format!("aborted: {why}")), None),
-        None => (None, None),
-    };
-    Run {
-        driver: DRIVER,
-        cases: checked.get(),
-        disagreement,
-        shapes,
-        case,
-    }
+    finish(DRIVER, checked.get(), shapes, result, every)
 }

@@ -23,26 +23,23 @@
 //! id again, so an entry or flag the removal left behind shows there as a
 //! disagreement (its shrunk case may then not be the cause).
 
-use crate::model::{self, Cluster, Event, Kind, Mode, Policy};
-use crate::{universe, userspace, Run, Shapes};
+use crate::kernel_common::{cannot_run, finish, mode, pod, Scratch};
+use crate::model::{self, Cluster, Event, Kind, Policy};
+use crate::{runner, universe, userspace, Run, Shapes};
 use kyverno_runtime_api::runtimepolicy::RuntimePolicySpec;
 use kyverno_runtime_enforce::egress::{
-    ContainerCgroup, EgressEnforcer, EgressManager, KernelEgress, NetworkPod, NetworkPolicy,
+    ContainerCgroup, EgressEnforcer, EgressManager, KernelEgress, NetworkPolicy,
 };
 use kyverno_runtime_enforce::names::ServiceName;
-use kyverno_runtime_enforce::openexec;
 use kyverno_runtime_enforce::PolicyId;
 use kyverno_runtime_policy::compile::CompiledPolicy;
 use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use proptest::test_runner::TestCaseError;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
+use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
 
 /// The driver's name, as `Run.driver` reports it.
 const DRIVER: &str = "egress-bpf";
@@ -50,117 +47,11 @@ const DRIVER: &str = "egress-bpf";
 /// `BPF_PROG_TEST_RUN`'s return value for a dropped packet.
 const DROP: u32 = 0;
 
-const POD_UID: &str = "pod-uid";
-
 // ---- cases --------------------------------------------------------------------------
 
 /// 1 to 8 policies of network behaviors only, from the universe's values.
 pub fn network_policies() -> impl Strategy<Value = Vec<Policy>> {
     universe::policies_of(&[Kind::Network], universe::values_of)
-}
-
-// ---- the scratch cgroup -------------------------------------------------------------
-
-/// The mount point of the first cgroup2 filesystem (field 5 of a
-/// mountinfo line whose filesystem type, after " - ", is cgroup2).
-fn cgroup2_mount() -> Result<PathBuf, String> {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .ok_or_else(|| "no cgroup2 mount in /proc/self/mountinfo".to_owned())
-}
-
-/// This process's cgroup v2 directory: the `0::PATH` line of
-/// /proc/self/cgroup under the mount.
-fn own_cgroup_dir(mount: &Path) -> Result<PathBuf, String> {
-    let cgroups = fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
-    let path = cgroups
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .ok_or_else(|| "no cgroup v2 line (0::PATH) in /proc/self/cgroup".to_owned())?;
-    Ok(mount.join(path.trim_start_matches('/')))
-}
-
-/// A cgroup v2 id: the inode number of its directory (what
-/// `bpf_skb_cgroup_id` returns).
-fn cgroup_id(dir: &Path) -> Result<u64, String> {
-    fs::metadata(dir)
-        .map(|m| m.ino())
-        .map_err(|e| format!("stat {}: {e}", dir.display()))
-}
-
-/// This process moved into a child cgroup it created; on drop moved back
-/// and that directory (only it) removed.
-struct Scratch {
-    original: PathBuf,
-    child: PathBuf,
-    moved: bool,
-}
-
-impl Scratch {
-    fn enter() -> Result<Self, String> {
-        let mount = cgroup2_mount()?;
-        let original = own_cgroup_dir(&mount)?;
-        let child = mount.join(format!("krt-differential-{}", std::process::id()));
-        // An existing directory is not ours (or a leftover with links in
-        // it): refused, never removed.
-        fs::create_dir(&child).map_err(|e| format!("mkdir {}: {e}", child.display()))?;
-        let mut guard = Self {
-            original,
-            child,
-            moved: false,
-        };
-        let procs = guard.child.join("cgroup.procs");
-        fs::write(&procs, std::process::id().to_string())
-            .map_err(|e| format!("joining {}: {e}", procs.display()))?;
-        guard.moved = true;
-        // Without this the frames would carry another cgroup's id and
-        // every packet would pass unfiltered: refuse to run rather than
-        // report the wrong disagreement.
-        let now = own_cgroup_dir(&mount)?;
-        if now != guard.child {
-            return Err(format!(
-                "moved into {}, but /proc/self/cgroup says {}",
-                guard.child.display(),
-                now.display()
-            ));
-        }
-        Ok(guard)
-    }
-
-    fn id(&self) -> Result<u64, String> {
-        cgroup_id(&self.child)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if self.moved {
-            let procs = self.original.join("cgroup.procs");
-            if let Err(e) = fs::write(&procs, std::process::id().to_string()) {
-                eprintln!("egress-bpf: cannot move back to {}: {e}", procs.display());
-            }
-        }
-        // A just-emptied cgroup can refuse rmdir for a moment (EBUSY).
-        let mut last = None;
-        for _ in 0..50 {
-            match fs::remove_dir(&self.child) {
-                Ok(()) => return,
-                Err(e) => last = Some(e),
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        if let Some(e) = last {
-            eprintln!("egress-bpf: cannot remove {}: {e}", self.child.display());
-        }
-    }
 }
 
 // ---- the product --------------------------------------------------------------------
@@ -189,14 +80,7 @@ impl Kernel {
             );
         }
         manager.services_synced();
-        let failures = manager.upsert_pod(NetworkPod {
-            uid: POD_UID.into(),
-            namespace: "default".into(),
-            name: "web".into(),
-            labels: [("app".to_owned(), "web".to_owned())].into(),
-            namespace_labels: BTreeMap::new(),
-            cgroups: vec![cgroup],
-        });
+        let failures = manager.upsert_pod(pod(cgroup));
         if let Some(f) = failures.first() {
             return Err(f.to_string());
         }
@@ -232,10 +116,7 @@ impl Kernel {
         let outcome = self.manager.upsert_policy(NetworkPolicy {
             id: PolicyId::new(p.name.clone()).map_err(|e| e.to_string())?,
             name: p.name.clone(),
-            mode: match p.mode {
-                Mode::Monitor => openexec::Mode::Monitor,
-                Mode::Enforce => openexec::Mode::Enforce,
-            },
+            mode: mode(p.mode),
             target: compiled.target,
             network: BehaviorLists::merge(&result, BehaviorKind::Network),
         });
@@ -328,16 +209,6 @@ fn joined<E: std::fmt::Display>(errors: Vec<E>) -> String {
         .join("; ")
 }
 
-fn cannot_run(why: String) -> Run {
-    Run {
-        driver: DRIVER,
-        cases: 0,
-        disagreement: Some(format!("cannot run: {why}")),
-        shapes: Shapes::default(),
-        case: None,
-    }
-}
-
 /// Driver (b), network: about `cases` (policy set, address) pairs, each
 /// policy set drawn from the network universe (seeded with `seed`),
 /// programmed by the real [`EgressManager`] over the real kernel backend
@@ -351,35 +222,21 @@ fn cannot_run(why: String) -> Run {
 /// (moved back and removed on the way out), so it must be called with no
 /// other thread running.
 pub fn kernel_egress(cases: u64, seed: u64) -> Run {
-    let scratch = match Scratch::enter() {
+    let scratch = match Scratch::enter(DRIVER) {
         Ok(s) => s,
-        Err(why) => return cannot_run(why),
+        Err(why) => return cannot_run(DRIVER, why),
     };
-    let cgroup = match scratch.id() {
-        Ok(id) => ContainerCgroup {
-            id,
-            path: scratch.child.clone(),
-        },
-        Err(why) => return cannot_run(why),
+    let cgroup = match scratch.container() {
+        Ok(c) => c,
+        Err(why) => return cannot_run(DRIVER, why),
     };
     let kernel = match Kernel::new(cgroup, universe::cluster()) {
         Ok(k) => RefCell::new(k),
-        Err(why) => return cannot_run(why),
+        Err(why) => return cannot_run(DRIVER, why),
     };
     let per_set = universe::ADDRESSES.len().max(1) as u64;
     let sets = u32::try_from(cases.div_ceil(per_set)).unwrap_or(u32::MAX);
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let mut runner = TestRunner::new_with_rng(
-        Config {
-            cases: sets,
-            failure_persistence: None,
-            // Enough steps to shrink 8 policies to the few that disagree.
-            max_shrink_iters: 4096,
-            ..Config::default()
-        },
-        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
-    );
+    let mut runner = runner(seed, sets);
     let checked = Cell::new(0u64);
     let shapes = Shapes::default();
     let result = runner.run(&network_policies(), |policies| {
@@ -397,19 +254,5 @@ pub fn kernel_egress(cases: u64, seed: u64) -> Run {
         .iter()
         .filter_map(|a| a.parse().ok().map(Event::Connect))
         .collect();
-    let (disagreement, case) = match result.err() {
-        Some(TestError::Fail(why, value)) => (
-            Some(format!("{why}\n  minimal case: {value:#?}")),
-            Some((value, every)),
-        ),
-        Some(TestError::Abort(why)) => (Some(format!("aborted: {why}")), None),
-        None => (None, None),
-    };
-    Run {
-        driver: DRIVER,
-        cases: checked.get(),
-        disagreement,
-        shapes,
-        case,
-    }
+    finish(DRIVER, checked.get(), shapes, result, every)
 }

@@ -28,7 +28,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-const WORK: &str = "/tmp/krt-differential";
+/// This run's directory of staged files: made by [`stage`] (which fails
+/// if it exists) and removed at the end, so nothing else is ever removed.
+fn work() -> String {
+    format!("/tmp/krt-differential-{}", std::process::id())
+}
 /// Events per generated policy set: one child process performs them all.
 const EVENTS: usize = 16;
 
@@ -36,7 +40,7 @@ const EVENTS: usize = 16;
 fn files() -> Vec<String> {
     ["f/a", "f/b", "f/c", "f", "x/a"]
         .iter()
-        .map(|p| format!("{WORK}/{p}"))
+        .map(|p| format!("{}/{p}", work()))
         .collect()
 }
 
@@ -44,25 +48,37 @@ fn files() -> Vec<String> {
 fn programs() -> Vec<String> {
     ["x/a", "x/b", "x/c"]
         .iter()
-        .map(|p| format!("{WORK}/{p}"))
+        .map(|p| format!("{}/{p}", work()))
         .collect()
 }
 
-fn stage() -> Result<(), String> {
+/// The staged directory, removed on drop: [`stage`] made it (it refuses
+/// one that exists), so removing it removes nothing else.
+struct Staged(String);
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn stage() -> Result<Staged, String> {
     if !Path::new("/bin/busybox").exists() {
         return Err("no /bin/busybox (the exec target)".into());
     }
-    let _ = fs::remove_dir_all(WORK);
+    let work = work();
+    fs::create_dir(&work).map_err(|e| format!("{work}: {e}"))?;
+    let staged = Staged(work.clone());
     for d in ["f", "x"] {
-        fs::create_dir_all(format!("{WORK}/{d}")).map_err(|e| e.to_string())?;
+        fs::create_dir(format!("{work}/{d}")).map_err(|e| e.to_string())?;
     }
     for f in ["f/a", "f/b", "f/c"] {
-        fs::write(format!("{WORK}/{f}"), f).map_err(|e| e.to_string())?;
+        fs::write(format!("{work}/{f}"), f).map_err(|e| e.to_string())?;
     }
     for p in programs() {
         fs::copy("/bin/busybox", &p).map_err(|e| format!("{p}: {e}"))?;
     }
-    Ok(())
+    Ok(staged)
 }
 
 /// The staged paths: programs for exec, files (and programs) for open.
@@ -222,9 +238,10 @@ pub fn guest(cases: u64, seed: u64) -> (String, Run) {
             },
         )
     };
-    if let Err(e) = stage() {
-        return cannot(e, shapes);
-    }
+    let staged = match stage() {
+        Ok(s) => s,
+        Err(e) => return cannot(e, shapes),
+    };
     let plan = derive_plan(Prober::new(LiveHost).measurements(), &Overrides::default());
     let loaded = match lsm::load_planned(plan.open.backend, None) {
         Ok(l) => l,
@@ -291,7 +308,7 @@ pub fn guest(cases: u64, seed: u64) -> (String, Run) {
     });
     drop(cell);
     drop(cgroup);
-    let _ = fs::remove_dir_all(WORK);
+    drop(staged);
     (
         backend,
         Run {

@@ -32,12 +32,12 @@
 //! checks every flow, deletes them, and checks that every frame of the
 //! case (their cached flows) and a fresh one of every kind passes.
 
-use crate::model::{self, Event, Kind, Mode, Policy};
-use crate::{universe, userspace, Run, Shapes};
+use crate::kernel_common::{cannot_run, finish, mode, pod, Scratch};
+use crate::model::{self, Event, Kind, Policy};
+use crate::{runner, universe, userspace, Run, Shapes};
 use kyverno_runtime_bpf::frame::{tcp_segment_to, udp_datagram_to, PSH_ACK};
 use kyverno_runtime_bpf::protocol::{ProtoFlags, ProtocolClassifier};
-use kyverno_runtime_enforce::egress::{ContainerCgroup, NetworkPod};
-use kyverno_runtime_enforce::openexec;
+use kyverno_runtime_enforce::egress::ContainerCgroup;
 use kyverno_runtime_enforce::protocol::{
     KernelProtocol, ProtocolManager, ProtocolObservation, ProtocolPolicy,
 };
@@ -45,13 +45,10 @@ use kyverno_runtime_enforce::PolicyId;
 use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use proptest::test_runner::TestCaseError;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
 
 /// The driver's name, as `Run.driver` reports it.
 const DRIVER: &str = "protocol-bpf";
@@ -331,143 +328,6 @@ fn flow(protocol: &'static str, alpn: Option<&'static str>) -> Result<Flow, Stri
     })
 }
 
-// ---- the scratch cgroup -------------------------------------------------------------
-
-/// The mount point of the first cgroup2 filesystem (field 5 of a
-/// mountinfo line whose filesystem type, after " - ", is cgroup2).
-fn cgroup2_mount() -> Result<PathBuf, String> {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
-        .ok_or_else(|| "no cgroup2 mount in /proc/self/mountinfo".to_owned())
-}
-
-/// This process's cgroup v2 directory: the `0::PATH` line of
-/// /proc/self/cgroup under the mount.
-fn own_cgroup_dir(mount: &Path) -> Result<PathBuf, String> {
-    let cgroups = fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
-    let path = cgroups
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .ok_or_else(|| "no cgroup v2 line (0::PATH) in /proc/self/cgroup".to_owned())?;
-    Ok(mount.join(path.trim_start_matches('/')))
-}
-
-/// This process moved into a child cgroup it created; on drop moved back
-/// and that directory (only it) removed.
-pub(crate) struct Scratch {
-    driver: &'static str,
-    original: PathBuf,
-    /// The child cgroup's directory.
-    pub(crate) child: PathBuf,
-    moved: bool,
-}
-
-impl Scratch {
-    /// Creates `krt-differential-<driver>-<pid>` under the cgroup2 mount
-    /// and moves this process into it.
-    pub(crate) fn enter(driver: &'static str) -> Result<Self, String> {
-        let mount = cgroup2_mount()?;
-        let original = own_cgroup_dir(&mount)?;
-        let child = mount.join(format!("krt-differential-{driver}-{}", std::process::id()));
-        // An existing directory is not ours (or a leftover with links in
-        // it): refused, never removed.
-        fs::create_dir(&child).map_err(|e| format!("mkdir {}: {e}", child.display()))?;
-        let mut guard = Self {
-            driver,
-            original,
-            child,
-            moved: false,
-        };
-        let procs = guard.child.join("cgroup.procs");
-        fs::write(&procs, std::process::id().to_string())
-            .map_err(|e| format!("joining {}: {e}", procs.display()))?;
-        guard.moved = true;
-        // Elsewhere the frames would carry another cgroup's id and pass
-        // ungated: refuse to run rather than report a wrong disagreement.
-        let now = own_cgroup_dir(&mount)?;
-        if now != guard.child {
-            return Err(format!(
-                "moved into {}, but /proc/self/cgroup says {}",
-                guard.child.display(),
-                now.display()
-            ));
-        }
-        Ok(guard)
-    }
-
-    /// The child as a pod's container cgroup: its id is its directory's
-    /// inode (what `bpf_skb_cgroup_id` returns).
-    pub(crate) fn container(&self) -> Result<ContainerCgroup, String> {
-        let id = fs::metadata(&self.child)
-            .map(|m| m.ino())
-            .map_err(|e| format!("stat {}: {e}", self.child.display()))?;
-        Ok(ContainerCgroup {
-            id,
-            path: self.child.clone(),
-        })
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if self.moved {
-            let procs = self.original.join("cgroup.procs");
-            if let Err(e) = fs::write(&procs, std::process::id().to_string()) {
-                eprintln!(
-                    "{}: cannot move back to {}: {e}",
-                    self.driver,
-                    procs.display()
-                );
-            }
-        }
-        // A just-emptied cgroup can refuse rmdir for a moment (EBUSY).
-        let mut last = None;
-        for _ in 0..50 {
-            match fs::remove_dir(&self.child) {
-                Ok(()) => return,
-                Err(e) => last = Some(e),
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        if let Some(e) = last {
-            eprintln!(
-                "{}: cannot remove {}: {e}",
-                self.driver,
-                self.child.display()
-            );
-        }
-    }
-}
-
-/// The pod on the scratch cgroup, labelled so that exactly the policies
-/// with `selects` select it (see `userspace::spec`).
-pub(crate) fn pod(cgroup: ContainerCgroup) -> NetworkPod {
-    NetworkPod {
-        uid: POD_UID.into(),
-        namespace: "default".into(),
-        name: "web".into(),
-        labels: [("app".to_owned(), "web".to_owned())].into(),
-        namespace_labels: BTreeMap::new(),
-        cgroups: vec![cgroup],
-    }
-}
-
-/// The product's mode of a model policy.
-pub(crate) fn mode(m: Mode) -> openexec::Mode {
-    match m {
-        Mode::Monitor => openexec::Mode::Monitor,
-        Mode::Enforce => openexec::Mode::Enforce,
-    }
-}
-
 // ---- the product --------------------------------------------------------------------
 
 /// The manager over the kernel classifier, the witness, one pod on the
@@ -688,16 +548,6 @@ impl Kernel {
     }
 }
 
-fn cannot_run(why: String) -> Run {
-    Run {
-        driver: DRIVER,
-        cases: 0,
-        disagreement: Some(format!("cannot run: {why}")),
-        shapes: Shapes::default(),
-        case: None,
-    }
-}
-
 /// Driver (b), protocol: about `cases` (policy set, flow) pairs, each
 /// policy set drawn from the protocol universe (seeded with `seed`),
 /// programmed by the real [`ProtocolManager`] over the real kernel
@@ -713,26 +563,15 @@ fn cannot_run(why: String) -> Run {
 pub fn kernel_protocol(cases: u64, seed: u64) -> Run {
     let scratch = match Scratch::enter(DRIVER) {
         Ok(s) => s,
-        Err(why) => return cannot_run(why),
+        Err(why) => return cannot_run(DRIVER, why),
     };
     let kernel = match scratch.container().and_then(Kernel::new) {
         Ok(k) => RefCell::new(k),
-        Err(why) => return cannot_run(why),
+        Err(why) => return cannot_run(DRIVER, why),
     };
     let per_set = universe::FLOWS.len().max(1) as u64;
     let sets = u32::try_from(cases.div_ceil(per_set)).unwrap_or(u32::MAX);
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let mut runner = TestRunner::new_with_rng(
-        Config {
-            cases: sets,
-            failure_persistence: None,
-            // Enough steps to shrink 8 policies to the few that disagree.
-            max_shrink_iters: 4096,
-            ..Config::default()
-        },
-        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
-    );
+    let mut runner = runner(seed, sets);
     let checked = Cell::new(0u64);
     let shapes = Shapes::default();
     let result = runner.run(&protocol_policies(), |policies| {
@@ -753,19 +592,5 @@ pub fn kernel_protocol(cases: u64, seed: u64) -> Run {
             alpn: *alpn,
         })
         .collect();
-    let (disagreement, case) = match result.err() {
-        Some(TestError::Fail(why, value)) => (
-            Some(format!("{why}\n  minimal case: {value:#?}")),
-            Some((value, every)),
-        ),
-        Some(TestError::Abort(why)) => (Some(format!("aborted: {why}")), None),
-        None => (None, None),
-    };
-    Run {
-        driver: DRIVER,
-        cases: checked.get(),
-        disagreement,
-        shapes,
-        case,
-    }
+    finish(DRIVER, checked.get(), shapes, result, every)
 }

@@ -6,6 +6,7 @@
 //! A disagreement is shrunk by proptest to a minimal policy set and event
 //! before it is printed.
 
+mod kernel_common;
 pub mod kernel_dns;
 pub mod kernel_egress;
 pub mod kernel_openexec;

@@ -23,6 +23,9 @@ pub const NETWORK: &[&str] = &[
     "fd00:1::1",
     "fd00:1::1/128",
     "::/0",
+    // Host bits: accepted with a warning, the network is what is matched.
+    "10.1.2.3/24",
+    "fd00:1::1/64",
     "api.prod.svc",
     "db.prod.svc.cluster.local",
 ];

@@ -1,0 +1,183 @@
+//! What the kernel drivers share: the scratch cgroup the driver process
+//! moves into (a test-run packet's cgroup is the caller's), the pod on it,
+//! and the run's bookkeeping.
+
+use crate::model::{Event, Mode, Policy};
+use crate::{shrunk, Run, Shapes};
+use kyverno_runtime_enforce::egress::{ContainerCgroup, NetworkPod};
+use kyverno_runtime_enforce::openexec;
+use proptest::test_runner::TestError;
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+const POD_UID: &str = "pod-uid";
+
+/// A driver that cannot run here (not root, no cgroup v2, no program).
+pub(crate) fn cannot_run(driver: &'static str, why: String) -> Run {
+    Run {
+        driver,
+        cases: 0,
+        disagreement: Some(format!("cannot run: {why}")),
+        shapes: Shapes::default(),
+        case: None,
+    }
+}
+
+/// A kernel driver's run from the runner's result: the shrunk policies of
+/// a disagreement, with `every` event of the universe for its replay.
+pub(crate) fn finish(
+    driver: &'static str,
+    cases: u64,
+    shapes: Shapes,
+    result: Result<(), TestError<Vec<Policy>>>,
+    every: Vec<Event>,
+) -> Run {
+    let case = match &result {
+        Err(TestError::Fail(_, policies)) => Some((policies.clone(), every)),
+        _ => None,
+    };
+    Run {
+        driver,
+        cases,
+        disagreement: result.err().map(shrunk),
+        shapes,
+        case,
+    }
+}
+
+/// The mount point of the first cgroup2 filesystem (field 5 of a
+/// mountinfo line whose filesystem type, after " - ", is cgroup2).
+fn cgroup2_mount() -> Result<PathBuf, String> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
+    mountinfo
+        .lines()
+        .find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            (right.split_whitespace().next()? == "cgroup2")
+                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .ok_or_else(|| "no cgroup2 mount in /proc/self/mountinfo".to_owned())
+}
+
+/// This process's cgroup v2 directory: the `0::PATH` line of
+/// /proc/self/cgroup under the mount.
+fn own_cgroup_dir(mount: &Path) -> Result<PathBuf, String> {
+    let cgroups = fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
+    let path = cgroups
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or_else(|| "no cgroup v2 line (0::PATH) in /proc/self/cgroup".to_owned())?;
+    Ok(mount.join(path.trim_start_matches('/')))
+}
+
+/// This process moved into a child cgroup it created; on drop moved back
+/// and that directory (only it) removed.
+pub(crate) struct Scratch {
+    driver: &'static str,
+    original: PathBuf,
+    /// The child cgroup's directory.
+    pub(crate) child: PathBuf,
+    moved: bool,
+}
+
+impl Scratch {
+    /// Creates `krt-differential-<driver>-<pid>` under the cgroup2 mount
+    /// and moves this process into it.
+    pub(crate) fn enter(driver: &'static str) -> Result<Self, String> {
+        let mount = cgroup2_mount()?;
+        let original = own_cgroup_dir(&mount)?;
+        let child = mount.join(format!("krt-differential-{driver}-{}", std::process::id()));
+        // An existing directory is not ours (or a leftover with links in
+        // it): refused, never removed.
+        fs::create_dir(&child).map_err(|e| format!("mkdir {}: {e}", child.display()))?;
+        let mut guard = Self {
+            driver,
+            original,
+            child,
+            moved: false,
+        };
+        let procs = guard.child.join("cgroup.procs");
+        fs::write(&procs, std::process::id().to_string())
+            .map_err(|e| format!("joining {}: {e}", procs.display()))?;
+        guard.moved = true;
+        // Elsewhere the frames would carry another cgroup's id and pass
+        // ungated: refuse to run rather than report a wrong disagreement.
+        let now = own_cgroup_dir(&mount)?;
+        if now != guard.child {
+            return Err(format!(
+                "moved into {}, but /proc/self/cgroup says {}",
+                guard.child.display(),
+                now.display()
+            ));
+        }
+        Ok(guard)
+    }
+
+    /// The child as a pod's container cgroup: its id is its directory's
+    /// inode (what `bpf_skb_cgroup_id` returns).
+    pub(crate) fn container(&self) -> Result<ContainerCgroup, String> {
+        let id = fs::metadata(&self.child)
+            .map(|m| m.ino())
+            .map_err(|e| format!("stat {}: {e}", self.child.display()))?;
+        Ok(ContainerCgroup {
+            id,
+            path: self.child.clone(),
+        })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.moved {
+            let procs = self.original.join("cgroup.procs");
+            if let Err(e) = fs::write(&procs, std::process::id().to_string()) {
+                eprintln!(
+                    "{}: cannot move back to {}: {e}",
+                    self.driver,
+                    procs.display()
+                );
+            }
+        }
+        // A just-emptied cgroup can refuse rmdir for a moment (EBUSY).
+        let mut last = None;
+        for _ in 0..50 {
+            match fs::remove_dir(&self.child) {
+                Ok(()) => return,
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if let Some(e) = last {
+            eprintln!(
+                "{}: cannot remove {}: {e}",
+                self.driver,
+                self.child.display()
+            );
+        }
+    }
+}
+
+/// The pod on the scratch cgroup, labelled so that exactly the policies
+/// with `selects` select it (see `userspace::spec`).
+pub(crate) fn pod(cgroup: ContainerCgroup) -> NetworkPod {
+    NetworkPod {
+        uid: POD_UID.into(),
+        namespace: "default".into(),
+        name: "web".into(),
+        labels: [("app".to_owned(), "web".to_owned())].into(),
+        namespace_labels: BTreeMap::new(),
+        cgroups: vec![cgroup],
+    }
+}
+
+/// The product's mode of a model policy.
+pub(crate) fn mode(m: Mode) -> openexec::Mode {
+    match m {
+        Mode::Monitor => openexec::Mode::Monitor,
+        Mode::Enforce => openexec::Mode::Enforce,
+    }
+}
