@@ -76,4 +76,26 @@ mod tests {
         let names: Vec<&str> = policies.iter().map(|p| p.name()).collect();
         assert_eq!(names, ["kyverno-runtime-autogen-controllers"]);
     }
+
+    #[test]
+    fn null_annotations_are_absent_as_the_server_decodes_them() {
+        // Found by policy_check_kube's mutants: the server accepts
+        // `annotations: null` (ObjectMeta has no annotations then), so the
+        // policy's `has(object.metadata.annotations)` is false.
+        let crd = Admission::runtime_policy().unwrap_or_else(|e| panic!("{e}"));
+        let admission = policies(&crd)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_iter()
+            .fold(crd, Admission::with_policy);
+        let review = |annotations: serde_json::Value| {
+            admission.review(&serde_json::json!({
+                "apiVersion": "runtime.nirmata.io/v1alpha1", "kind": "RuntimePolicy",
+                "metadata": {"name": "p", "annotations": annotations},
+                "spec": {"mode": "monitor"}}))
+        };
+        let null = review(serde_json::Value::Null);
+        assert!(null.accepted(), "{:?}", null.errors);
+        let bad = review(serde_json::json!({"pod-policies.kyverno.io/autogen-controllers": "Pod"}));
+        assert!(!bad.accepted(), "an unknown kind is still refused");
+    }
 }

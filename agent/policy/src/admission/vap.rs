@@ -330,7 +330,20 @@ fn root_value(object: &Json, schema: &Schema) -> Value {
     };
     for k in ["apiVersion", "kind", "metadata"] {
         if let Some(v) = object.get(k) {
-            map.insert(Key::String(Arc::new(k.into())), to_cel(v, None));
+            // The server decodes metadata into ObjectMeta, where a null
+            // field is an absent one (`annotations: null` makes
+            // `has(object.metadata.annotations)` false there).
+            let v = match (k, v) {
+                ("metadata", Json::Object(fields)) => Json::Object(
+                    fields
+                        .iter()
+                        .filter(|(_, f)| !f.is_null())
+                        .map(|(n, f)| (n.clone(), f.clone()))
+                        .collect(),
+                ),
+                _ => v.clone(),
+            };
+            map.insert(Key::String(Arc::new(k.into())), to_cel(&v, None));
         }
     }
     Value::Map(Map { map: Arc::new(map) })
