@@ -3,10 +3,12 @@
 //! and the run's bookkeeping.
 
 use crate::model::{Event, Mode, Policy};
-use crate::{shrunk, Run, Shapes};
+use crate::{runner, shrunk, Run, Shapes};
 use kyverno_runtime_enforce::egress::{ContainerCgroup, NetworkPod};
 use kyverno_runtime_enforce::openexec;
-use proptest::test_runner::TestError;
+use proptest::strategy::Strategy;
+use proptest::test_runner::{TestCaseError, TestError};
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt as _;
@@ -14,8 +16,54 @@ use std::path::{Path, PathBuf};
 
 const POD_UID: &str = "pod-uid";
 
+/// A kernel driver's product: programs a case's policies, checks every
+/// event of its kind against the model, deletes them and checks that
+/// nothing is left.
+pub(crate) trait KernelCase {
+    /// One case; counts each (policy set, event) pair it checks.
+    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String>;
+}
+
+/// Runs a kernel driver: moves into the scratch cgroup, builds the
+/// product on it (`build`), runs about `cases` (policy set, event) pairs
+/// of `policies` (`per_set` events each), then takes the product down
+/// (its links detach) before leaving the cgroup. `every` is the event
+/// list a disagreement's replay scenario probes.
+pub(crate) fn run_driver<K: KernelCase>(
+    driver: &'static str,
+    cases: u64,
+    seed: u64,
+    per_set: usize,
+    policies: impl Strategy<Value = Vec<Policy>>,
+    every: Vec<Event>,
+    build: impl FnOnce(ContainerCgroup) -> Result<K, String>,
+) -> Run {
+    let scratch = match Scratch::enter(driver) {
+        Ok(s) => s,
+        Err(why) => return cannot_run(driver, why),
+    };
+    let kernel = match scratch.container().and_then(build) {
+        Ok(k) => RefCell::new(k),
+        Err(why) => return cannot_run(driver, why),
+    };
+    let sets = u32::try_from(cases.div_ceil(per_set.max(1) as u64)).unwrap_or(u32::MAX);
+    let checked = Cell::new(0u64);
+    let shapes = Shapes::default();
+    let result = runner(seed, sets).run(&policies, |policies| {
+        shapes.tally(&policies);
+        kernel
+            .borrow_mut()
+            .case(&policies, &checked)
+            .map_err(TestCaseError::fail)
+    });
+    // The links go (detach) before the cgroup does.
+    drop(kernel);
+    drop(scratch);
+    finish(driver, checked.get(), shapes, result, every)
+}
+
 /// A driver that cannot run here (not root, no cgroup v2, no program).
-pub(crate) fn cannot_run(driver: &'static str, why: String) -> Run {
+fn cannot_run(driver: &'static str, why: String) -> Run {
     Run {
         driver,
         cases: 0,
@@ -27,7 +75,7 @@ pub(crate) fn cannot_run(driver: &'static str, why: String) -> Run {
 
 /// A kernel driver's run from the runner's result: the shrunk policies of
 /// a disagreement, with `every` event of the universe for its replay.
-pub(crate) fn finish(
+fn finish(
     driver: &'static str,
     cases: u64,
     shapes: Shapes,

@@ -26,11 +26,10 @@
 //! The process moves into a scratch child cgroup for the run, as the other
 //! kernel drivers do (see [`crate::kernel_protocol`]).
 
-use crate::kernel_common::{cannot_run, finish, mode, pod, Scratch};
+use crate::kernel_common::{mode, pod, run_driver, KernelCase};
 use crate::kernel_protocol::dns_query;
 use crate::model::{self, Decision, Event, Kind, Mode, Policy};
-use crate::runner;
-use crate::{universe, userspace, Run, Shapes};
+use crate::{universe, userspace, Run};
 use kyverno_runtime_bpf::dns::{DnsQuestion, DnsReader};
 use kyverno_runtime_bpf::frame::udp_datagram_to;
 use kyverno_runtime_enforce::dns::{judge_name, DnsGateManager, DnsPolicy, KernelDns};
@@ -40,8 +39,7 @@ use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
-use proptest::test_runner::TestCaseError;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -249,27 +247,6 @@ impl Kernel {
         Ok(())
     }
 
-    /// Programs `policies`, checks every question against the model,
-    /// deletes them and checks that nothing is observed any more. Cleans up
-    /// even when a check fails, so the next case starts from nothing.
-    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
-        let result = self.check(policies, checked);
-        let cleared = self.clear(policies);
-        result?;
-        cleared?;
-        for q in universe::QUESTIONS {
-            for v6 in [false, true] {
-                let got = self.ask(q, v6)?;
-                if !got.is_empty() {
-                    return Err(format!(
-                        "after every policy was deleted, {q} is still observed: {got:?}"
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
     fn check(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
         let mut held = Vec::new();
         for p in policies {
@@ -357,6 +334,29 @@ impl Kernel {
     }
 }
 
+impl KernelCase for Kernel {
+    /// Programs `policies`, checks every question against the model,
+    /// deletes them and checks that nothing is observed any more. Cleans up
+    /// even when a check fails, so the next case starts from nothing.
+    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
+        let result = self.check(policies, checked);
+        let cleared = self.clear(policies);
+        result?;
+        cleared?;
+        for q in universe::QUESTIONS {
+            for v6 in [false, true] {
+                let got = self.ask(q, v6)?;
+                if !got.is_empty() {
+                    return Err(format!(
+                        "after every policy was deleted, {q} is still observed: {got:?}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Driver (b), dns: about `cases` (policy set, question) pairs, each
 /// policy set drawn from the dns universe (seeded with `seed`), gated by
 /// the real [`DnsGateManager`] over the real kernel observer, which is fed
@@ -372,33 +372,18 @@ impl Kernel {
 /// (moved back and removed on the way out), so it must be called with no
 /// other thread running.
 pub fn kernel_dns(cases: u64, seed: u64) -> Run {
-    let scratch = match Scratch::enter(DRIVER) {
-        Ok(s) => s,
-        Err(why) => return cannot_run(DRIVER, why),
-    };
-    let kernel = match scratch.container().and_then(Kernel::new) {
-        Ok(k) => RefCell::new(k),
-        Err(why) => return cannot_run(DRIVER, why),
-    };
-    let per_set = universe::QUESTIONS.len().max(1) as u64;
-    let sets = u32::try_from(cases.div_ceil(per_set)).unwrap_or(u32::MAX);
-    let mut runner = runner(seed, sets);
-    let checked = Cell::new(0u64);
-    let shapes = Shapes::default();
-    let result = runner.run(&dns_policies(), |policies| {
-        shapes.tally(&policies);
-        kernel
-            .borrow_mut()
-            .case(&policies, &checked)
-            .map_err(TestCaseError::fail)
-    });
-    // The links go (detach) before the cgroup does.
-    drop(kernel);
-    drop(scratch);
     // The replay scenario of a disagreement asks every question.
     let every: Vec<Event> = universe::QUESTIONS
         .iter()
         .map(|q| Event::Dns((*q).to_owned()))
         .collect();
-    finish(DRIVER, checked.get(), shapes, result, every)
+    run_driver(
+        DRIVER,
+        cases,
+        seed,
+        universe::QUESTIONS.len(),
+        dns_policies(),
+        every,
+        Kernel::new,
+    )
 }

@@ -23,21 +23,18 @@
 //! id again, so an entry or flag the removal left behind shows there as a
 //! disagreement (its shrunk case may then not be the cause).
 
-use crate::kernel_common::{cannot_run, finish, mode, pod, Scratch};
+use crate::kernel_common::{mode, pod, run_driver, KernelCase};
 use crate::model::{self, Cluster, Event, Kind, Policy};
-use crate::{runner, universe, userspace, Run, Shapes};
-use kyverno_runtime_api::runtimepolicy::RuntimePolicySpec;
+use crate::{universe, userspace, Run};
 use kyverno_runtime_enforce::egress::{
     ContainerCgroup, EgressEnforcer, EgressManager, KernelEgress, NetworkPolicy,
 };
 use kyverno_runtime_enforce::names::ServiceName;
 use kyverno_runtime_enforce::PolicyId;
-use kyverno_runtime_policy::compile::CompiledPolicy;
 use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
-use proptest::test_runner::TestCaseError;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
@@ -101,18 +98,7 @@ impl Kernel {
 
     /// Compiles `p` as the daemon does and upserts its network part.
     fn apply(&mut self, p: &Policy) -> Result<(), String> {
-        let spec: RuntimePolicySpec = serde_json::from_value(userspace::spec(p))
-            .map_err(|e| format!("{}: the spec does not parse: {e}", p.name))?;
-        let compiled = CompiledPolicy::compile(&spec).map_err(|e| {
-            format!(
-                "{}: the compiler refused a valid policy: {}",
-                p.name,
-                joined(e)
-            )
-        })?;
-        let result = compiled
-            .evaluate()
-            .map_err(|e| format!("{}: evaluation failed: {}", p.name, joined(e)))?;
+        let (compiled, result) = userspace::compile(p).map_err(|e| e.0)?;
         let outcome = self.manager.upsert_policy(NetworkPolicy {
             id: PolicyId::new(p.name.clone()).map_err(|e| e.to_string())?,
             name: p.name.clone(),
@@ -160,24 +146,6 @@ impl Kernel {
             .map_err(|e| format!("test run: {e}"))
     }
 
-    /// Programs `policies`, checks every address against the model,
-    /// deletes them and checks that every address passes. Cleans up even
-    /// when a check fails, so the next case starts from nothing.
-    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
-        let result = self.check(policies, checked);
-        let cleared = self.clear(policies);
-        result?;
-        cleared?;
-        for (addr, frame) in &self.frames {
-            if self.dropped(frame)? {
-                return Err(format!(
-                    "after every policy was deleted, {addr} is still dropped (a stale entry)"
-                ));
-            }
-        }
-        Ok(())
-    }
-
     fn check(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
         for p in policies {
             self.apply(p)?;
@@ -200,13 +168,24 @@ impl Kernel {
     }
 }
 
-/// Errors as one line.
-fn joined<E: std::fmt::Display>(errors: Vec<E>) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+impl KernelCase for Kernel {
+    /// Programs `policies`, checks every address against the model,
+    /// deletes them and checks that every address passes. Cleans up even
+    /// when a check fails, so the next case starts from nothing.
+    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
+        let result = self.check(policies, checked);
+        let cleared = self.clear(policies);
+        result?;
+        cleared?;
+        for (addr, frame) in &self.frames {
+            if self.dropped(frame)? {
+                return Err(format!(
+                    "after every policy was deleted, {addr} is still dropped (a stale entry)"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Driver (b), network: about `cases` (policy set, address) pairs, each
@@ -222,37 +201,18 @@ fn joined<E: std::fmt::Display>(errors: Vec<E>) -> String {
 /// (moved back and removed on the way out), so it must be called with no
 /// other thread running.
 pub fn kernel_egress(cases: u64, seed: u64) -> Run {
-    let scratch = match Scratch::enter(DRIVER) {
-        Ok(s) => s,
-        Err(why) => return cannot_run(DRIVER, why),
-    };
-    let cgroup = match scratch.container() {
-        Ok(c) => c,
-        Err(why) => return cannot_run(DRIVER, why),
-    };
-    let kernel = match Kernel::new(cgroup, universe::cluster()) {
-        Ok(k) => RefCell::new(k),
-        Err(why) => return cannot_run(DRIVER, why),
-    };
-    let per_set = universe::ADDRESSES.len().max(1) as u64;
-    let sets = u32::try_from(cases.div_ceil(per_set)).unwrap_or(u32::MAX);
-    let mut runner = runner(seed, sets);
-    let checked = Cell::new(0u64);
-    let shapes = Shapes::default();
-    let result = runner.run(&network_policies(), |policies| {
-        shapes.tally(&policies);
-        kernel
-            .borrow_mut()
-            .case(&policies, &checked)
-            .map_err(TestCaseError::fail)
-    });
-    // The links go (detach) before the cgroup does.
-    drop(kernel);
-    drop(scratch);
     // The replay scenario of a disagreement probes every address.
     let every: Vec<Event> = universe::ADDRESSES
         .iter()
         .filter_map(|a| a.parse().ok().map(Event::Connect))
         .collect();
-    finish(DRIVER, checked.get(), shapes, result, every)
+    run_driver(
+        DRIVER,
+        cases,
+        seed,
+        universe::ADDRESSES.len(),
+        network_policies(),
+        every,
+        |cgroup| Kernel::new(cgroup, universe::cluster()),
+    )
 }

@@ -32,9 +32,9 @@
 //! checks every flow, deletes them, and checks that every frame of the
 //! case (their cached flows) and a fresh one of every kind passes.
 
-use crate::kernel_common::{cannot_run, finish, mode, pod, Scratch};
+use crate::kernel_common::{mode, pod, run_driver, KernelCase};
 use crate::model::{self, Event, Kind, Policy};
-use crate::{runner, universe, userspace, Run, Shapes};
+use crate::{universe, userspace, Run};
 use kyverno_runtime_bpf::frame::{tcp_segment_to, udp_datagram_to, PSH_ACK};
 use kyverno_runtime_bpf::protocol::{ProtoFlags, ProtocolClassifier};
 use kyverno_runtime_enforce::egress::ContainerCgroup;
@@ -45,8 +45,7 @@ use kyverno_runtime_enforce::PolicyId;
 use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
-use proptest::test_runner::TestCaseError;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -476,35 +475,6 @@ impl Kernel {
             .map_err(|e| format!("test run: {e}"))
     }
 
-    /// Programs `policies`, checks every flow against the model, deletes
-    /// them and checks that every frame passes. Cleans up even when a
-    /// check fails, so the next case starts from nothing.
-    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
-        let mut sent = Vec::new();
-        let result = self.check(policies, checked, &mut sent);
-        let cleared = self.clear(policies);
-        result?;
-        cleared?;
-        // The case's flows (cached, some as dropped) and fresh ones.
-        let flows = self.flows.clone();
-        for f in &flows {
-            for kind in &f.kinds {
-                for v6 in [false, true] {
-                    sent.push(kind.frame(&mut self.tuples, v6));
-                }
-            }
-        }
-        for frame in &sent {
-            if self.dropped(&frame.bytes)? {
-                return Err(format!(
-                    "after every policy was deleted, {} is still dropped (a stale entry)",
-                    frame.what
-                ));
-            }
-        }
-        Ok(())
-    }
-
     fn check(
         &mut self,
         policies: &[Policy],
@@ -548,6 +518,37 @@ impl Kernel {
     }
 }
 
+impl KernelCase for Kernel {
+    /// Programs `policies`, checks every flow against the model, deletes
+    /// them and checks that every frame passes. Cleans up even when a
+    /// check fails, so the next case starts from nothing.
+    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
+        let mut sent = Vec::new();
+        let result = self.check(policies, checked, &mut sent);
+        let cleared = self.clear(policies);
+        result?;
+        cleared?;
+        // The case's flows (cached, some as dropped) and fresh ones.
+        let flows = self.flows.clone();
+        for f in &flows {
+            for kind in &f.kinds {
+                for v6 in [false, true] {
+                    sent.push(kind.frame(&mut self.tuples, v6));
+                }
+            }
+        }
+        for frame in &sent {
+            if self.dropped(&frame.bytes)? {
+                return Err(format!(
+                    "after every policy was deleted, {} is still dropped (a stale entry)",
+                    frame.what
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Driver (b), protocol: about `cases` (policy set, flow) pairs, each
 /// policy set drawn from the protocol universe (seeded with `seed`),
 /// programmed by the real [`ProtocolManager`] over the real kernel
@@ -561,29 +562,6 @@ impl Kernel {
 /// (moved back and removed on the way out), so it must be called with no
 /// other thread running.
 pub fn kernel_protocol(cases: u64, seed: u64) -> Run {
-    let scratch = match Scratch::enter(DRIVER) {
-        Ok(s) => s,
-        Err(why) => return cannot_run(DRIVER, why),
-    };
-    let kernel = match scratch.container().and_then(Kernel::new) {
-        Ok(k) => RefCell::new(k),
-        Err(why) => return cannot_run(DRIVER, why),
-    };
-    let per_set = universe::FLOWS.len().max(1) as u64;
-    let sets = u32::try_from(cases.div_ceil(per_set)).unwrap_or(u32::MAX);
-    let mut runner = runner(seed, sets);
-    let checked = Cell::new(0u64);
-    let shapes = Shapes::default();
-    let result = runner.run(&protocol_policies(), |policies| {
-        shapes.tally(&policies);
-        kernel
-            .borrow_mut()
-            .case(&policies, &checked)
-            .map_err(TestCaseError::fail)
-    });
-    // The links go (detach) before the cgroup does.
-    drop(kernel);
-    drop(scratch);
     // The replay scenario of a disagreement probes every flow.
     let every: Vec<Event> = universe::FLOWS
         .iter()
@@ -592,5 +570,13 @@ pub fn kernel_protocol(cases: u64, seed: u64) -> Run {
             alpn: *alpn,
         })
         .collect();
-    finish(DRIVER, checked.get(), shapes, result, every)
+    run_driver(
+        DRIVER,
+        cases,
+        seed,
+        universe::FLOWS.len(),
+        protocol_policies(),
+        every,
+        Kernel::new,
+    )
 }

@@ -125,23 +125,22 @@ pub fn compile(p: &Policy) -> Result<(CompiledPolicy, EvaluationResult), SetupEr
         SetupError(format!(
             "{}: the compiler refused a valid policy: {}",
             p.name,
-            e.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ")
+            joined(&e)
         ))
     })?;
-    let result = compiled.evaluate().map_err(|e| {
-        SetupError(format!(
-            "{}: evaluation failed: {}",
-            p.name,
-            e.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ")
-        ))
-    })?;
+    let result = compiled
+        .evaluate()
+        .map_err(|e| SetupError(format!("{}: evaluation failed: {}", p.name, joined(&e))))?;
     Ok((compiled, result))
+}
+
+/// Errors as one line.
+fn joined<E: std::fmt::Display>(errors: &[E]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl System {
