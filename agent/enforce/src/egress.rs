@@ -2699,16 +2699,7 @@ where
     /// shrink after the failure then removes exactly what was written.
     fn resettle(&mut self, id: &PolicyId) {
         self.unsettled.insert(id.clone());
-        match self.backend.held() {
-            Ok(mut all) => {
-                if let (Some(h), Some(recorded)) = (self.held.get_mut(id), all.remove(id)) {
-                    h.program = recorded.program;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(policy = %id, error = %e, "network: reading back a failed update failed")
-            }
-        }
+        crate::seam::read_back(&self.backend, id, &mut self.held);
     }
 
     fn bind_all(

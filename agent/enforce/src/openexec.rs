@@ -323,20 +323,8 @@ where
             }
             Err(e) => {
                 self.fail(out, id, Step::UpdatePolicy, e);
-                // A failure part way may have written some of the diff;
-                // the backend's record says what (the kernel backend
-                // records each write), and the next diff starts from it,
-                // so a later shrink removes exactly what was written.
-                match self.backend.held() {
-                    Ok(mut all) => {
-                        if let (Some(h), Some(recorded)) = (self.held.get_mut(id), all.remove(id)) {
-                            h.program = recorded.program;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(policy = %id, error = %e, "reading back a failed update failed")
-                    }
-                }
+                // A later shrink then removes exactly what was written.
+                crate::seam::read_back(&self.backend, id, &mut self.held);
                 false
             }
         }

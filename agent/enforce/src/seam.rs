@@ -265,3 +265,25 @@ pub trait Enforcer: Send {
     /// only for cgroups bound to an observe policy.
     fn drain(&mut self) -> Result<Vec<Observation<Self::Observed>>>;
 }
+
+/// After a failed update of `id`: takes the program `backend` records for
+/// it into `held`, the manager's copy, so the next diff starts from what
+/// the kernel holds (a failure part way may have written some of a diff;
+/// the kernel backends record each write as it lands). A record that
+/// cannot be read is logged and the copy left as it was.
+pub fn read_back<E: Enforcer>(
+    backend: &E,
+    id: &PolicyId,
+    held: &mut BTreeMap<PolicyId, Held<E::Value>>,
+) {
+    match backend.held() {
+        Ok(mut all) => {
+            if let (Some(h), Some(recorded)) = (held.get_mut(id), all.remove(id)) {
+                h.program = recorded.program;
+            }
+        }
+        Err(e) => {
+            tracing::warn!(policy = %id, behavior = backend.behavior().name(), error = %e, "reading back a failed update failed")
+        }
+    }
+}
