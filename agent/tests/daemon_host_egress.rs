@@ -290,14 +290,7 @@ spec:
         "{:?} after the change, from the ConfigMap 127.0.0.4/32 and the server 127.0.0.6/32: reachable .3 .4 .5 .6 = {second:?}",
         changed.elapsed()
     );
-    let rp = get_json(cluster, &["rpol", "host-data-net"]).unwrap();
-    let s = rp["status"]["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["nodeName"] == NODE)
-        .cloned()
-        .unwrap();
+    let s = shard(cluster, "host-data-net", NODE).unwrap();
     assert_eq!(s["podsMatched"], true, "{s}");
     println!("shard: {s}");
 

@@ -53,12 +53,8 @@ fn prefixes(list: &[&str]) -> BTreeSet<String> {
 }
 
 fn shard_message(cluster: &kyverno_runtime_testkube::LocalCluster) -> Option<String> {
-    let rp = get_json(cluster, &["rpol", "svc-allow"])?;
-    rp["status"]["nodes"]
-        .as_array()?
-        .iter()
-        .find(|s| s["nodeName"] == NODE)
-        .map(|s| s["message"].as_str().unwrap_or_default().to_string())
+    let s = shard(cluster, "svc-allow", NODE)?;
+    Some(s["message"].as_str().unwrap_or_default().to_string())
 }
 
 fn slice_manifest(name: &str, kind: &str, addresses: &[&str]) -> String {

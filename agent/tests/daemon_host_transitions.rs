@@ -75,16 +75,6 @@ fn start_daemon(cluster: &LocalCluster, node: &str, pod: &HostPod, metrics: &str
     )
 }
 
-/// This node's shard of a policy's status.
-fn shard(cluster: &LocalCluster, policy: &str, node: &str) -> Option<serde_json::Value> {
-    let rp = get_json(cluster, &["rpol", policy])?;
-    rp["status"]["nodes"]
-        .as_array()?
-        .iter()
-        .find(|s| s["nodeName"] == node)
-        .cloned()
-}
-
 #[test]
 fn a_restart_keeps_a_data_driven_policys_pins_while_its_source_is_slow_or_down() {
     const NODE: &str = "host-restart-data-node";

@@ -58,6 +58,17 @@ pub fn apply(cluster: &LocalCluster, manifest: &str) {
     );
 }
 
+/// This node's shard (`status.nodes[]`) of policy `policy`, as the API
+/// has it now.
+pub fn shard(cluster: &LocalCluster, policy: &str, node: &str) -> Option<serde_json::Value> {
+    let rp = get_json(cluster, &["rpol", policy])?;
+    rp["status"]["nodes"]
+        .as_array()?
+        .iter()
+        .find(|s| s["nodeName"] == node)
+        .cloned()
+}
+
 /// A `kubectl get -o json` as a value.
 pub fn get_json(cluster: &LocalCluster, args: &[&str]) -> Option<serde_json::Value> {
     let mut full = vec!["get", "-o", "json"];
