@@ -95,18 +95,15 @@ fn finish(
     }
 }
 
-/// The mount point of the first cgroup2 filesystem (field 5 of a
-/// mountinfo line whose filesystem type, after " - ", is cgroup2).
-fn cgroup2_mount() -> Result<PathBuf, String> {
+/// The mount point of the cgroup2 filesystem, by the probe's mountinfo
+/// parser.
+pub(crate) fn cgroup2_mount() -> Result<PathBuf, String> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
-    mountinfo
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
-        })
+    kyverno_runtime_compat::parse_mountinfo(&mountinfo)
+        .into_iter()
+        .find(|m| m.fs_type == "cgroup2")
+        .map(|m| m.mount_point)
         .ok_or_else(|| "no cgroup2 mount in /proc/self/mountinfo".to_owned())
 }
 

@@ -109,12 +109,7 @@ struct Cgroup {
 
 impl Cgroup {
     fn new() -> Result<Self, String> {
-        let mounts = fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
-        let root = kyverno_runtime_compat::parse_mountinfo(&mounts)
-            .into_iter()
-            .find(|m| m.fs_type == "cgroup2")
-            .map(|m| m.mount_point)
-            .ok_or("no cgroup2 mount")?;
+        let root = crate::kernel_common::cgroup2_mount()?;
         let dir = root.join(format!("krt-differential-{}", std::process::id()));
         fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let id = fs::metadata(&dir).map_err(|e| e.to_string())?.ino();

@@ -444,7 +444,11 @@ impl Engine {
         let Some(state) = self.policies.get(name) else {
             return;
         };
-        let Some(in_force) = state.in_force.clone() else {
+        let Some((target, result)) = state
+            .in_force
+            .as_ref()
+            .map(|f| (f.target.clone(), f.result.clone()))
+        else {
             return;
         };
         let Some(mode) = kernel_mode(state.mode) else {
@@ -454,7 +458,6 @@ impl Engine {
         let Ok(id) = PolicyId::new(uid.clone()) else {
             return;
         };
-        let InForce { target, result, .. } = in_force;
         // The monitor learns the lists before the kernel does, so the
         // first refusal they cause already names this policy (the callers
         // settle it with observe_policy once the kernel holds them).
