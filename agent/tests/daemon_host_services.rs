@@ -366,14 +366,16 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
     );
     // Two monitor policies beside it (issue 33, point 4): one allowing the
     // domain under a default deny must be silent for the address the pod's
-    // answer gave, one denying the domain must report that address.
+    // answer gave, one denying the domain must report that address. The
+    // deny also names `watched.test`, which no enforce policy names: its
+    // answers are learned for the monitor alone.
     apply(
         cluster,
         "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: dns-watch-allow\nspec:\n  mode: monitor\n  podSelector: {matchLabels: {app: dns-web}}\n  behaviors:\n  - network:\n      allow: {values: [\"allowed.test\", \"127.0.4.53\"]}\n      deny: {values: [\"*\"]}\n",
     );
     apply(
         cluster,
-        "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: dns-watch-deny\nspec:\n  mode: monitor\n  podSelector: {matchLabels: {app: dns-web}}\n  behaviors:\n  - network:\n      deny: {values: [\"Allowed.Test.\"]}\n",
+        "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: dns-watch-deny\nspec:\n  mode: monitor\n  podSelector: {matchLabels: {app: dns-web}}\n  behaviors:\n  - network:\n      deny: {values: [\"Allowed.Test.\", \"watched.test\"]}\n",
     );
     force_delete_pod(cluster, DNS_NS, "dns-web");
     let id = "6a".repeat(32);
@@ -390,9 +392,14 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
 
     let allowed = Ipv4Addr::new(127, 0, 0, 30);
     let other = Ipv4Addr::new(127, 0, 0, 31);
+    let watched = Ipv4Addr::new(127, 0, 0, 32);
     let (resolver_addr, stop) = resolver(
         Ipv4Addr::new(127, 0, 4, 53),
-        vec![("allowed.test", allowed), ("other.test", other)],
+        vec![
+            ("allowed.test", allowed),
+            ("other.test", other),
+            ("watched.test", watched),
+        ],
     );
     let metrics_port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -435,11 +442,16 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
         !resolves_and_connects(container, resolver_addr, "other.test", other),
         "an address answered for another name stays dropped"
     );
+    assert!(
+        !resolves_and_connects(container, resolver_addr, "watched.test", watched),
+        "a name only a monitor policy names lifts no default deny"
+    );
     // The monitor judged each address by the name the answer taught: the
     // domain's address is the deny's finding and not the allow's; the
     // other address (no policy names other.test) is the allow's default
-    // deny. The other connect came last, so once its finding is in the
-    // Report every earlier observation has been judged.
+    // deny; the watched name's address, learned for the monitor alone, is
+    // the deny's finding too. The watched connect came last, so once its
+    // finding is in the Report every earlier observation has been judged.
     let results = wait_for("the monitor findings", Duration::from_secs(30), || {
         let r = get_json(
             cluster,
@@ -451,8 +463,10 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
                 .iter()
                 .any(|x| x["policy"] == policy && x["properties"]["target"] == target)
         };
-        (has("dns-watch-allow", &other.to_string()) && has("dns-watch-deny", &allowed.to_string()))
-            .then_some(results)
+        (has("dns-watch-allow", &other.to_string())
+            && has("dns-watch-deny", &allowed.to_string())
+            && has("dns-watch-deny", &watched.to_string()))
+        .then_some(results)
     });
     let by = |policy: &str| -> Vec<String> {
         results
@@ -475,14 +489,30 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
         !by("dns-watch-allow").contains(&allowed.to_string()),
         "allowed.test's own address is allowed by its name"
     );
-    assert_eq!(by("dns-watch-deny"), [allowed.to_string()]);
-    // The deny's result says which of its values the address matched as.
-    let matched: Vec<&str> = results
+    let mut denied = by("dns-watch-deny");
+    denied.sort();
+    assert_eq!(denied, [allowed.to_string(), watched.to_string()]);
+    // The deny's results say which of its values each address matched as.
+    let mut matched: Vec<(&str, &str)> = results
         .iter()
         .filter(|x| x["policy"] == "dns-watch-deny")
-        .filter_map(|x| x["properties"]["matched"].as_str())
+        .filter_map(|x| {
+            Some((
+                x["properties"]["target"].as_str()?,
+                x["properties"]["matched"].as_str()?,
+            ))
+        })
         .collect();
-    assert_eq!(matched, ["allowed.test"], "{results:?}");
+    matched.sort();
+    println!("dns-watch-deny matched: {matched:?}");
+    assert_eq!(
+        matched,
+        [
+            ("127.0.0.30", "allowed.test"),
+            ("127.0.0.32", "watched.test")
+        ],
+        "{results:?}"
+    );
     let text = wait_for(
         "the snooper's counters in /metrics",
         Duration::from_secs(20),
@@ -511,7 +541,7 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
                 "kind=\"response\""
             ]
         ),
-        Some(2)
+        Some(3)
     );
     assert_eq!(
         series(

@@ -273,6 +273,7 @@ fn main() {
         let allow = DomainVerdicts {
             allow: true,
             deny: false,
+            observe: false,
         };
         filter
             .set_domain(SET, &Domain::new("bench.test").unwrap(), allow, 1)

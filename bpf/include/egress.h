@@ -101,6 +101,13 @@ enum krt_egress_domain_verdict {
 	KRT_EGRESS_DOMAIN_ALLOW = 1 << 0,
 	/* Addresses answered for the name drop (like a deny entry). */
 	KRT_EGRESS_DOMAIN_DENY = 1 << 1,
+	/*
+	 * A monitor policy names the name: the snooper learns what is
+	 * answered for it, so userspace can say which name a counted
+	 * destination was known under. The filter ignores the bit: it never
+	 * changes a verdict. Never set in egress_hosts.
+	 */
+	KRT_EGRESS_DOMAIN_OBSERVE = 1 << 2,
 };
 
 /*

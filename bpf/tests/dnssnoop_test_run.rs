@@ -112,10 +112,12 @@ fn syn_to(dst: IpAddr) -> Vec<u8> {
 const ALLOW: DomainVerdicts = DomainVerdicts {
     allow: true,
     deny: false,
+    observe: false,
 };
 const DENY: DomainVerdicts = DomainVerdicts {
     allow: false,
     deny: true,
+    observe: false,
 };
 
 fn d(name: &str) -> Domain {
@@ -537,6 +539,7 @@ fn answers_of_both_sides_merge_and_deny_wins_at_the_filter() {
     let both = DomainVerdicts {
         allow: true,
         deny: true,
+        observe: false,
     };
     // The bits merge; the id is the latest answer's name.
     assert_eq!(learned(&f), [(SET, IpAddr::V4(shared), both, 2)]);
@@ -548,6 +551,54 @@ fn answers_of_both_sides_merge_and_deny_wins_at_the_filter() {
     );
     let s = f.read_stats().unwrap();
     assert_eq!((s.denied, s.allowed, s.learned_hits), (1, 1, 1), "{s:?}");
+}
+
+#[test]
+fn a_name_only_a_monitor_policy_gives_is_learned_and_changes_no_verdict() {
+    // `watched.test` is on the observe side alone (a monitor policy names
+    // it); `allowed.test` on the allow side, under a default deny.
+    let observe = DomainVerdicts {
+        observe: true,
+        ..DomainVerdicts::default()
+    };
+    let dd = FilterFlags {
+        default_deny: true,
+        observe: true,
+        domains: true,
+    };
+    let f = snooping(&[("watched.test", observe), ("allowed.test", ALLOW)], dd);
+    let watched = Ipv4Addr::new(192, 0, 2, 40);
+    let shared = Ipv4Addr::new(192, 0, 2, 41);
+    let mut r = Response::new("watched.test", TYPE_A);
+    r.a(&ptr(QNAME_AT), 300, watched);
+    r.a(&ptr(QNAME_AT), 300, shared);
+    snoop(&f, &from_53(&r.bytes));
+    let mut r = Response::new("allowed.test", TYPE_A);
+    r.a(&ptr(QNAME_AT), 300, shared);
+    snoop(&f, &from_53(&r.bytes));
+    let both = DomainVerdicts {
+        allow: true,
+        observe: true,
+        ..DomainVerdicts::default()
+    };
+    assert_eq!(
+        learned(&f),
+        [
+            (SET, IpAddr::V4(watched), observe, 1),
+            (SET, IpAddr::V4(shared), both, 2),
+        ],
+        "learned under the name, with the observe bit"
+    );
+    // The observed name's address is no allow: the default deny drops
+    // it; what the allowed name also answered passes.
+    assert_eq!(f.test_run(&syn_to(IpAddr::V4(watched))).unwrap(), DROP);
+    assert_eq!(f.test_run(&syn_to(IpAddr::V4(shared))).unwrap(), PASS);
+    let s = f.read_stats().unwrap();
+    assert_eq!(
+        (s.default_denied, s.allowed, s.learned_hits),
+        (1, 1, 2),
+        "{s:?}"
+    );
 }
 
 #[test]

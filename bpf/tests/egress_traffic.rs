@@ -914,6 +914,7 @@ fn an_answered_address_opens_a_default_deny_until_its_ttl_ends() {
     let allow = DomainVerdicts {
         allow: true,
         deny: false,
+        observe: false,
     };
     // The resolver itself is an address the policy allows.
     let s = Snooped::new(
@@ -978,6 +979,7 @@ fn a_deny_by_domain_drops_the_answered_address() {
     let deny = DomainVerdicts {
         allow: false,
         deny: true,
+        observe: false,
     };
     let flags = FilterFlags {
         default_deny: false,
@@ -1062,6 +1064,7 @@ fn a_learned_address_reaches_a_socket_that_already_sent_until_its_ttl_ends() {
     let allow = DomainVerdicts {
         allow: true,
         deny: false,
+        observe: false,
     };
     let snooped = Snooped::new(
         "cache-learned",

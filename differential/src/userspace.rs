@@ -389,7 +389,7 @@ fn network_decision(
                     allow: hit(&r.allow),
                     default_deny: r.default_deny,
                 }),
-                Program::Observe => None,
+                Program::Observe(_) => None,
             }),
     )
 }

@@ -14,7 +14,10 @@
 //! at least one bound policy observes (both are counts, see
 //! [`EgressEnforcer::flag_counts`]). The kernel's verdict on that union
 //! (deny > allow > default deny > unmatched) is exactly the seam's
-//! precedence over the bound policies.
+//! precedence over the bound policies. A bound observe policy adds the
+//! domains it names on an observe side, which the DNS answer snooper
+//! learns for and the filter ignores, so the monitor knows what an address
+//! was answered for without any verdict changing.
 //!
 //! # Ordering
 //!
@@ -300,7 +303,8 @@ fn program_value(
 /// hold), the values refused in list order, and the Services named.
 ///
 /// Monitor mode parses the values too (their rejections belong on the
-/// status either way) but programs [`Program::Observe`].
+/// status either way) but programs [`Program::Observe`], naming the
+/// domains among them so their answers are learned.
 pub fn compile_network(
     mode: Mode,
     lists: Option<&BehaviorLists>,
@@ -356,7 +360,17 @@ pub fn compile_network(
         }
     }
     out.program = match mode {
-        Mode::Monitor => Some(Program::Observe),
+        // The domains are named so the kernel learns their answers, for
+        // the monitor to know what a destination was known under.
+        Mode::Monitor => Some(Program::Observe(
+            rules
+                .allow
+                .iter()
+                .chain(&rules.deny)
+                .filter(|d| matches!(d, Destination::Domain(_)))
+                .cloned()
+                .collect(),
+        )),
         Mode::Enforce
             if rules.allow.is_empty()
                 && rules.deny.is_empty()
@@ -1241,7 +1255,14 @@ impl<K: EgressKernel> EgressEnforcer<K> {
                     deny: destinations(&entry.deny, &entry.deny_domains),
                     default_deny,
                 })),
-                Some(LedgerKind::Observe) => Some(Program::Observe),
+                // An observer's domains are recorded on the allow side.
+                Some(LedgerKind::Observe) => Some(Program::Observe(
+                    entry
+                        .allow_domains
+                        .iter()
+                        .map(|d| Destination::Domain(d.clone()))
+                        .collect(),
+                )),
                 None => None,
             };
             let (Some(id), Some(program)) = (id, program) else {
@@ -1249,10 +1270,12 @@ impl<K: EgressKernel> EgressEnforcer<K> {
                 continue;
             };
             if program.is_observe() {
-                // An observer has no rules: stray ones are forgotten.
+                // An observer has no rules but its domains: stray ones
+                // are forgotten.
                 let rules_only = bpf::LedgerPolicy {
                     kind: None,
                     cgroups: BTreeSet::new(),
+                    allow_domains: BTreeSet::new(),
                     ..entry.clone()
                 };
                 b.forget_ledger(&raw, &rules_only);
@@ -1280,6 +1303,51 @@ impl<K: EgressKernel> EgressEnforcer<K> {
             "egress: adopted pinned state"
         );
         Ok(b)
+    }
+
+    /// Changes the domains an observe policy names ([`ProgramDiff::between_programs`]:
+    /// the allow side of `diff`); an observer has no other rules.
+    fn update_observer(
+        &mut self,
+        policy: &PolicyId,
+        diff: &ProgramDiff<Destination>,
+    ) -> Result<()> {
+        if diff.is_empty() {
+            return Ok(());
+        }
+        let named =
+            |set: &BTreeSet<Destination>| set.iter().all(|d| matches!(d, Destination::Domain(_)));
+        if !diff.add_deny.is_empty()
+            || !diff.remove_deny.is_empty()
+            || diff.default_deny.is_some()
+            || !named(&diff.add_allow)
+            || !named(&diff.remove_allow)
+        {
+            return Err(EnforceError::Kernel {
+                behavior: BEHAVIOR,
+                op: format!("updating policy {policy}"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "an observe policy has no rules to update but the domains it names",
+                ),
+            });
+        }
+        let entries = |set: &BTreeSet<Destination>| -> Vec<(Verdict, Destination)> {
+            set.iter().map(|d| (Verdict::Allow, d.clone())).collect()
+        };
+        self.ledger_rules(policy, &entries(&diff.add_allow), true)?;
+        self.ledger_rules(policy, &entries(&diff.remove_allow), false)?;
+        let Some(Held {
+            program: Program::Observe(watch),
+            cgroups,
+        }) = self.policies.get_mut(policy)
+        else {
+            return Ok(());
+        };
+        watch.extend(diff.add_allow.iter().cloned());
+        watch.retain(|d| !diff.remove_allow.contains(d));
+        let cgroups = cgroups.clone();
+        self.sync_all(&cgroups)
     }
 
     /// Removes every ledger entry of `entry` (best effort, logged).
@@ -1380,7 +1448,7 @@ impl<K: EgressKernel> EgressEnforcer<K> {
                 continue;
             }
             match &held.program {
-                Program::Observe => counts.observe += 1,
+                Program::Observe(_) => counts.observe += 1,
                 Program::Enforce(r) if r.default_deny => counts.default_deny += 1,
                 Program::Enforce(_) => {}
             }
@@ -1393,6 +1461,14 @@ impl<K: EgressKernel> EgressEnforcer<K> {
         let mut s = SetState::default();
         let counts = self.flag_counts(cgroup);
         for held in self.policies.values() {
+            if let (true, Program::Observe(watch)) = (held.cgroups.contains(&cgroup), &held.program)
+            {
+                for d in watch {
+                    if let Destination::Domain(d) = d {
+                        s.domains.entry(d.clone()).or_default().observe = true;
+                    }
+                }
+            }
             if let (true, Program::Enforce(r)) = (held.cgroups.contains(&cgroup), &held.program) {
                 for (verdict, list) in [(Verdict::Allow, &r.allow), (Verdict::Deny, &r.deny)] {
                     for d in list {
@@ -1482,8 +1558,13 @@ impl<K: EgressKernel> EgressEnforcer<K> {
         }
         for (d, want) in &desired.domains {
             let have = state.kernel.domains.get(d).copied().unwrap_or_default();
-            if want.deny && !have.deny {
-                let sides = DomainVerdicts { deny: true, ..have };
+            // The observe side changes no verdict: it comes with the denies.
+            if (want.deny && !have.deny) || (want.observe && !have.observe) {
+                let sides = DomainVerdicts {
+                    deny: have.deny || want.deny,
+                    observe: have.observe || want.observe,
+                    ..have
+                };
                 write_domain(k, ids, &mut state.kernel, set_id, d, sides, cgroup)?;
             }
         }
@@ -1580,14 +1661,20 @@ impl<K: EgressKernel> EgressEnforcer<K> {
         }
         for (d, have) in state.kernel.domains.clone() {
             let want = desired.domains.get(&d).copied().unwrap_or_default();
-            if have.deny && !want.deny {
+            // The observe side goes with the denies (it changes no verdict).
+            if (have.deny && !want.deny) || (have.observe && !want.observe) {
                 let sides = DomainVerdicts {
-                    deny: false,
+                    deny: have.deny && want.deny,
+                    observe: have.observe && want.observe,
                     ..have
                 };
                 write_domain(k, ids, &mut state.kernel, set_id, &d, sides, cgroup)?;
-                k.forget_learned(set_id, Some(ids.id(&d)))
-                    .map_err(|e| kernel_error(forget(&d), &e))?;
+                // What a denied name taught still denies; what only an
+                // observed name taught is forgotten with the name.
+                if have.deny != sides.deny || sides.is_empty() {
+                    k.forget_learned(set_id, Some(ids.id(&d)))
+                        .map_err(|e| kernel_error(forget(&d), &e))?;
+                }
             }
         }
         Ok(())
@@ -1792,13 +1879,27 @@ fn rule_entries(rules: &Rules<Destination>) -> Vec<(Verdict, Destination)> {
         .collect()
 }
 
+/// The ledger entries of a program: an enforce program's lists, an
+/// observer's domains on the allow side (its record's kind says what the
+/// side means).
+fn ledger_entries(program: &Program<Destination>) -> Vec<(Verdict, Destination)> {
+    match program {
+        Program::Enforce(rules) => rule_entries(rules),
+        Program::Observe(watch) => watch
+            .iter()
+            .filter(|d| matches!(d, Destination::Domain(_)))
+            .map(|d| (Verdict::Allow, d.clone()))
+            .collect(),
+    }
+}
+
 /// How the ledger records a program.
 fn ledger_kind(program: &Program<Destination>) -> LedgerKind {
     match program {
         Program::Enforce(r) => LedgerKind::Enforce {
             default_deny: r.default_deny,
         },
-        Program::Observe => LedgerKind::Observe,
+        Program::Observe(_) => LedgerKind::Observe,
     }
 }
 
@@ -1825,10 +1926,7 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
         // Bound to nothing yet: no filter change, only the ledger (its
         // record last, so an interrupted add leaves only entries without a
         // record, which the next adoption cleans).
-        let entries = match program {
-            Program::Enforce(rules) => rule_entries(rules),
-            Program::Observe => Vec::new(),
-        };
+        let entries = ledger_entries(program);
         self.ledger_rules(policy, &entries, true)?;
         if let Err(e) = self
             .kernel
@@ -1854,18 +1952,8 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
             .policies
             .get_mut(policy)
             .ok_or_else(|| EnforceError::UnknownPolicy(policy.clone(), BEHAVIOR))?;
-        if !matches!(held.program, Program::Enforce(_)) {
-            if diff.is_empty() {
-                return Ok(());
-            }
-            return Err(EnforceError::Kernel {
-                behavior: BEHAVIOR,
-                op: format!("updating policy {policy}"),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "an observe policy has no rules to update",
-                ),
-            });
+        if held.program.is_observe() {
+            return self.update_observer(policy, diff);
         }
         // The ledger first, in the diff's tightening order; a failure
         // leaves the rules as they were (the manager retries the diff,
@@ -1919,10 +2007,7 @@ impl<K: EgressKernel> Enforcer for EgressEnforcer<K> {
         // The ledger first, its record first (an interrupted removal
         // leaves entries without a record: not adopted, cleaned); a
         // failure keeps the policy, and the retry rewrites every delete.
-        let entries = match &held.program {
-            Program::Enforce(rules) => rule_entries(rules),
-            Program::Observe => Vec::new(),
-        };
+        let entries = ledger_entries(&held.program);
         let cgroups = held.cgroups.clone();
         let id = ledger_id(policy);
         let recorded = self.kernel.ledger_policy(id, None).and_then(|()| {
@@ -2658,10 +2743,7 @@ where
                             return self.converge_phase(id, Some(t), Phase::Full, out);
                         }
                         self.unbind_all(id, &gone, out);
-                        if let (Program::Enforce(from), Program::Enforce(to)) =
-                            (&h.program, &t.program)
-                        {
-                            let diff = ProgramDiff::between(from, to);
+                        if let Some(diff) = ProgramDiff::between_programs(&h.program, &t.program) {
                             if !diff.is_empty() || self.unsettled.contains(id) {
                                 match self.backend.update_policy(id, &diff) {
                                     Ok(()) => {
@@ -3058,8 +3140,10 @@ mod tests {
             name_id: u32,
         ) -> Result<(), EgressError> {
             self.log.push(format!(
-                "domain {domain} allow={} deny={}",
-                verdicts.allow, verdicts.deny
+                "domain {domain} allow={} deny={}{}",
+                verdicts.allow,
+                verdicts.deny,
+                if verdicts.observe { " observe" } else { "" }
             ));
             if verdicts.is_empty() {
                 self.domains.remove(&(set_id, domain.clone()));
@@ -3281,7 +3365,7 @@ mod tests {
                 rules(&["192.0.2.1/32", "::1/128"], &["10.0.0.1/32"], false),
             ),
             ("c", rules(&["2001:db8::5/128"], &[], false)),
-            ("d", Program::Observe),
+            ("d", Program::observe()),
         ];
         for (id, prog) in &steps {
             b.add_policy(&pid(id), prog).unwrap();
@@ -3355,7 +3439,7 @@ mod tests {
         b.add_policy(&pid("dd1"), &rules(&[], &[], true)).unwrap();
         b.add_policy(&pid("dd2"), &rules(&["10.0.0.1/32"], &[], true))
             .unwrap();
-        b.add_policy(&pid("obs"), &Program::Observe).unwrap();
+        b.add_policy(&pid("obs"), &Program::observe()).unwrap();
         for id in ["dd1", "dd2", "obs"] {
             b.bind(&pid(id), 1).unwrap();
         }
@@ -3401,7 +3485,7 @@ mod tests {
     #[test]
     fn a_released_sets_counts_stay_with_its_cgroup_when_its_id_is_reused() {
         let mut b = backend();
-        b.add_policy(&pid("obs"), &Program::Observe).unwrap();
+        b.add_policy(&pid("obs"), &Program::observe()).unwrap();
         b.bind(&pid("obs"), 1).unwrap();
         let first_set = b.set_of(1);
         b.kernel_mut().packet(1, ip("192.0.2.9"));
@@ -3649,7 +3733,20 @@ mod tests {
             Some(rules(&["10.50.0.0/16"], &["10.50.0.9"], true))
         );
         let c = compile(Mode::Monitor, &lists(&["::1"], &[]), &s);
-        assert_eq!(c.program, Some(Program::Observe));
+        assert_eq!(c.program, Some(Program::observe()));
+        // A monitor policy names its domains (either side) so their answers
+        // are learned; its addresses need no naming.
+        let c = compile(
+            Mode::Monitor,
+            &lists(&["::1", "Ok.Example"], &["bad.example", "*"]),
+            &s,
+        );
+        assert_eq!(
+            c.program,
+            Some(Program::Observe(
+                [dom("ok.example"), dom("bad.example")].into()
+            ))
+        );
         let c = compile(Mode::Enforce, &lists(&["300.1.1.1"], &[]), &s);
         assert_eq!(c.program, None, "nothing left to enforce takes nothing");
         // A Service with no address yet still holds the policy, so its
@@ -3913,7 +4010,7 @@ mod tests {
             &rules(&["2001:db8::/32"], &["10.9.0.0/16", "::1"], false),
         )
         .unwrap();
-        b.add_policy(&pid("c"), &Program::Observe).unwrap();
+        b.add_policy(&pid("c"), &Program::observe()).unwrap();
         for (id, c) in [("a", 1), ("a", 2), ("b", 2), ("c", 2), ("c", 3)] {
             b.bind(&pid(id), c).unwrap();
         }
@@ -4128,14 +4225,16 @@ mod tests {
             sides("allowed.test"),
             Some(DomainVerdicts {
                 allow: true,
-                deny: false
+                deny: false,
+                observe: false
             })
         );
         assert_eq!(
             sides("shared.test"),
             Some(DomainVerdicts {
                 allow: true,
-                deny: true
+                deny: true,
+                observe: false
             })
         );
         assert_eq!(
@@ -4166,6 +4265,91 @@ mod tests {
                 .unwrap(),
             [ip("192.0.2.1")].into()
         );
+    }
+
+    #[test]
+    fn a_domain_only_a_monitor_policy_names_is_learned_and_changes_no_verdict() {
+        let mut b = pinned_backend();
+        let watch = |names: &[&str]| Program::Observe(names.iter().map(|d| dom(d)).collect());
+        b.add_policy(&pid("mon"), &watch(&["watched.test"]))
+            .unwrap();
+        b.bind(&pid("mon"), 1).unwrap();
+        let set = b.set_of(1).unwrap();
+        let watched = name_id(&b, "watched.test");
+        let k = b.kernel();
+        assert_eq!(
+            k.domains.get(&(set, Domain::new("watched.test").unwrap())),
+            Some(&(
+                DomainVerdicts {
+                    observe: true,
+                    ..DomainVerdicts::default()
+                },
+                watched
+            )),
+            "named on the observe side alone"
+        );
+        assert!(k.filters[&1].1.domains && k.filters[&1].1.observe);
+        assert!(k.snooped.contains(&1), "the snooper reads its answers");
+
+        let k = b.kernel_mut();
+        k.learn(set, ip("192.0.2.1"), watched);
+        assert_eq!(
+            k.packet(1, ip("192.0.2.1")),
+            Some(bpf::Decision::Unmatched),
+            "an observed name's address is no allow and no deny"
+        );
+        assert_eq!(
+            b.learned_names().unwrap(),
+            [((1, ip("192.0.2.1")), "watched.test".to_string())].into(),
+            "the monitor knows what the address was answered for"
+        );
+        // Beside an enforce default deny, the observed name lifts nothing.
+        b.add_policy(&pid("dd"), &rules(&[], &[], true)).unwrap();
+        b.bind(&pid("dd"), 1).unwrap();
+        assert_eq!(
+            b.kernel_mut().packet(1, ip("192.0.2.1")),
+            Some(bpf::Decision::DefaultDenied)
+        );
+
+        // The monitor policy names another domain: updated in place (no
+        // unbinding), the old name and what it taught go.
+        b.kernel_mut().log.clear();
+        let diff =
+            ProgramDiff::between_programs(&watch(&["watched.test"]), &watch(&["other.test"]))
+                .unwrap();
+        b.update_policy(&pid("mon"), &diff).unwrap();
+        assert_eq!(
+            b.kernel().log,
+            [
+                "domain other.test allow=false deny=false observe".to_string(),
+                "domain watched.test allow=false deny=false".to_string(),
+                format!("forget set {set} name Some({watched})"),
+            ]
+        );
+        assert!(b.kernel().learned.is_empty());
+        assert_eq!(
+            b.held().unwrap()[&pid("mon")].program,
+            watch(&["other.test"])
+        );
+
+        // A restart adopts the observer with its domain.
+        let held = b.held().unwrap();
+        let mut b = restarted(b);
+        assert_eq!(b.held().unwrap(), held);
+        assert!(b.kernel().log.is_empty(), "{:?}", b.kernel().log);
+        // Unbound, the set goes and the names with it.
+        b.unbind(&pid("mon"), 1).unwrap();
+        b.unbind(&pid("dd"), 1).unwrap();
+        assert!(b.kernel().domains.is_empty());
+        // An observer has no other rules to update.
+        let enforce_diff = ProgramDiff::between(
+            &Rules::default(),
+            &Rules {
+                deny: [dom("x.test")].into(),
+                ..Rules::default()
+            },
+        );
+        assert!(b.update_policy(&pid("mon"), &enforce_diff).is_err());
     }
 
     #[test]

@@ -222,7 +222,7 @@ impl<V: Ord + Clone + fmt::Debug> FakeEnforcer<V> {
                         allow: rules.allow.contains(value),
                         default_deny: rules.default_deny,
                     }),
-                    Program::Observe => None,
+                    Program::Observe(_) => None,
                 }),
         )
     }
@@ -462,8 +462,8 @@ mod tests {
     #[case::other_allow_lifts_dd_reversed(vec![enforce(&["/a"], &[], false), enforce(&[], &[], true)], "/a", Decision::Allowed)]
     #[case::other_deny_beats_allow(vec![enforce(&["/a"], &[], true), enforce(&[], &["/a"], false)], "/a", Decision::Denied)]
     #[case::other_deny_beats_allow_reversed(vec![enforce(&[], &["/a"], false), enforce(&["/a"], &[], true)], "/a", Decision::Denied)]
-    #[case::observe_never_refuses(vec![Program::Observe], "/a", Decision::Unmatched)]
-    #[case::observe_beside_dd(vec![Program::Observe, enforce(&[], &[], true)], "/a", Decision::DefaultDenied)]
+    #[case::observe_never_refuses(vec![Program::observe()], "/a", Decision::Unmatched)]
+    #[case::observe_beside_dd(vec![Program::observe(), enforce(&[], &[], true)], "/a", Decision::DefaultDenied)]
     fn decide_follows_the_precedence(
         #[case] programs: Vec<Program<&'static str>>,
         #[case] value: &'static str,
@@ -494,7 +494,7 @@ mod tests {
         assert!(f.drain().unwrap().is_empty(), "a drain resets");
 
         let observe = id("obs");
-        f.add_policy(&observe, &Program::Observe).unwrap();
+        f.add_policy(&observe, &Program::observe()).unwrap();
         f.bind(&observe, 1).unwrap();
         f.operate(1, "/ok");
         let obs = f.drain().unwrap();
@@ -527,13 +527,13 @@ mod tests {
     #[test]
     fn refuses_what_a_kernel_would() {
         let mut f = fake().capacity(1);
-        f.add_policy(&id("a"), &Program::Observe).unwrap();
+        f.add_policy(&id("a"), &Program::observe()).unwrap();
         assert!(matches!(
-            f.add_policy(&id("a"), &Program::Observe),
+            f.add_policy(&id("a"), &Program::observe()),
             Err(EnforceError::Kernel { .. })
         ));
         assert!(matches!(
-            f.add_policy(&id("b"), &Program::Observe),
+            f.add_policy(&id("b"), &Program::observe()),
             Err(EnforceError::SlotsFull { slots: 1, .. })
         ));
         assert!(matches!(
@@ -553,17 +553,17 @@ mod tests {
         let mut f = fake();
         f.fail_next(Call::AddPolicy);
         f.fail_next(Call::Held);
-        assert!(f.add_policy(&id("a"), &Program::Observe).is_err());
+        assert!(f.add_policy(&id("a"), &Program::observe()).is_err());
         assert!(f.state().is_empty());
         assert!(f.held().is_err());
-        f.add_policy(&id("a"), &Program::Observe).unwrap();
+        f.add_policy(&id("a"), &Program::observe()).unwrap();
         assert_eq!(f.held().unwrap().len(), 1);
         assert_eq!(
             f.ops(),
             [
-                FakeOp::Failed(Box::new(FakeOp::Add(id("a"), Program::Observe))),
+                FakeOp::Failed(Box::new(FakeOp::Add(id("a"), Program::observe()))),
                 FakeOp::Failed(Box::new(FakeOp::Held)),
-                FakeOp::Add(id("a"), Program::Observe),
+                FakeOp::Add(id("a"), Program::observe()),
                 FakeOp::Held,
             ]
         );

@@ -231,7 +231,7 @@ impl Shared {
                 self.slots[d][slot] = policy.map(|policy| Slot {
                     policy,
                     program: if self.masks.observe[d] & bit(slot) != 0 {
-                        Program::Observe
+                        Program::observe()
                     } else {
                         Program::Enforce(Rules {
                             default_deny: self.masks.default_deny[d] & bit(slot) != 0,
@@ -523,7 +523,7 @@ impl Shared {
                 self.set_bits(dim, slot, &rules.allow, false, false)?;
                 self.set_bits(dim, slot, &rules.deny, true, false)?;
             }
-            Program::Observe => self.set_mask_bit(dim, slot, false, false)?,
+            Program::Observe(_) => self.set_mask_bit(dim, slot, false, false)?,
         }
         self.object
             .set_owner(dim, slot, None)
@@ -608,7 +608,7 @@ impl Enforcer for LsmEnforcer {
                         Ok(())
                     }
                 }),
-            Program::Observe => shared.set_mask_bit(dim, slot, false, true),
+            Program::Observe(_) => shared.set_mask_bit(dim, slot, false, true),
         };
         if let Err(e) = written {
             // Best effort: the error that matters is the first one.

@@ -976,7 +976,7 @@ pub fn compile_paths(
         }
     }
     let program = match mode {
-        Mode::Monitor => Some(Program::Observe),
+        Mode::Monitor => Some(Program::observe()),
         Mode::Enforce if rules.allow.is_empty() && rules.deny.is_empty() && !rules.default_deny => {
             None
         }

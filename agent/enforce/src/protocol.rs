@@ -187,7 +187,7 @@ pub fn compile_protocol(
         }
     }
     let program = match mode {
-        Mode::Monitor => Some(Program::Observe),
+        Mode::Monitor => Some(Program::observe()),
         Mode::Enforce if rules.allow.is_empty() && rules.deny.is_empty() && !rules.default_deny => {
             None
         }
@@ -716,7 +716,7 @@ impl<K: ProtocolKernel> ProtocolManager<K> {
         let mut counts = FlagCounts::default();
         for program in self.selecting(uid) {
             match program {
-                Program::Observe => counts.observe += 1,
+                Program::Observe(_) => counts.observe += 1,
                 Program::Enforce(r) if r.default_deny => counts.default_deny += 1,
                 Program::Enforce(_) => {}
             }
@@ -766,7 +766,7 @@ impl<K: ProtocolKernel> ProtocolManager<K> {
         let mut w = Wanted::default();
         for p in programs {
             match p {
-                Program::Observe => w.flags.observe = true,
+                Program::Observe(_) => w.flags.observe = true,
                 Program::Enforce(r) => {
                     w.allow.extend(r.allow.iter().copied());
                     w.deny.extend(r.deny.iter().copied());
@@ -1482,7 +1482,7 @@ mod tests {
             }))
         );
         let (program, _) = compile_protocol(Mode::Monitor, Some(&lists(&[], &["ssh"])));
-        assert_eq!(program, Some(Program::Observe));
+        assert_eq!(program, Some(Program::observe()));
         let (program, _) = compile_protocol(Mode::Enforce, Some(&lists(&[], &["*"])));
         assert_eq!(
             program,

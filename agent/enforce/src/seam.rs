@@ -68,15 +68,23 @@ pub enum Program<V: Ord> {
     /// Enforce: the kernel refuses what the lists and the flag say.
     Enforce(Rules<V>),
     /// Monitor: the bound cgroups' operations are counted per value and
-    /// decision, and nothing this policy says can refuse one.
-    Observe,
+    /// decision, and nothing this policy says can refuse one. The set
+    /// holds the values the kernel must be told of to name what it counts
+    /// (the network backend's domains, whose DNS answers it learns);
+    /// empty for every other backend.
+    Observe(BTreeSet<V>),
 }
 
 impl<V: Ord> Program<V> {
+    /// An observe program that needs no value named.
+    pub fn observe() -> Self {
+        Program::Observe(BTreeSet::new())
+    }
+
     /// Whether this program is on the observe side of the line a mode
     /// change must rebuild across.
     pub fn is_observe(&self) -> bool {
-        matches!(self, Program::Observe)
+        matches!(self, Program::Observe(_))
     }
 }
 
@@ -125,6 +133,23 @@ impl<V: Ord + Clone> ProgramDiff<V> {
             add_deny: to.deny.difference(&from.deny).cloned().collect(),
             remove_deny: from.deny.difference(&to.deny).cloned().collect(),
             default_deny: (from.default_deny != to.default_deny).then_some(to.default_deny),
+        }
+    }
+
+    /// What turns program `from` into `to` on the same side of the
+    /// observe/enforce line: an enforce program's lists, or an observer's
+    /// values as the allow side. `None` across the line (a rebuild).
+    pub fn between_programs(from: &Program<V>, to: &Program<V>) -> Option<Self> {
+        match (from, to) {
+            (Program::Enforce(from), Program::Enforce(to)) => Some(Self::between(from, to)),
+            (Program::Observe(from), Program::Observe(to)) => Some(Self {
+                add_allow: to.difference(from).cloned().collect(),
+                remove_allow: from.difference(to).cloned().collect(),
+                add_deny: BTreeSet::new(),
+                remove_deny: BTreeSet::new(),
+                default_deny: None,
+            }),
+            _ => None,
         }
     }
 

@@ -306,7 +306,7 @@ fn monitor_with_a_behavior_observes_even_with_empty_lists() {
     m.upsert_policy(open_policy("p", M, app("web"), &[], &[]));
     assert_eq!(
         m.open_backend().held().unwrap()[&id("p")].program,
-        Program::Observe
+        Program::observe()
     );
 }
 
@@ -318,7 +318,7 @@ fn crossing_monitor_and_enforce_rebuilds() {
     assert_eq!(
         m.open_backend().mutations(),
         [
-            FakeOp::Add(id("p"), Program::Observe),
+            FakeOp::Add(id("p"), Program::observe()),
             FakeOp::Bind(id("p"), 1)
         ]
     );
@@ -344,7 +344,7 @@ fn crossing_monitor_and_enforce_rebuilds() {
         [
             FakeOp::Unbind(id("p"), 1),
             FakeOp::Remove(id("p")),
-            FakeOp::Add(id("p"), Program::Observe),
+            FakeOp::Add(id("p"), Program::observe()),
             FakeOp::Bind(id("p"), 1),
         ]
     );

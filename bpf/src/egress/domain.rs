@@ -64,12 +64,16 @@ pub struct DomainVerdicts {
     pub allow: bool,
     /// Addresses answered for the name drop.
     pub deny: bool,
+    /// A monitor policy names the name: its answers are learned so the
+    /// monitor can say which name a destination was known under; the
+    /// filter's verdicts ignore it.
+    pub observe: bool,
 }
 
 impl DomainVerdicts {
-    /// On neither side: the set does not name the domain.
+    /// On no side: the set does not name the domain.
     pub const fn is_empty(self) -> bool {
-        !self.allow && !self.deny
+        !self.allow && !self.deny && !self.observe
     }
 }
 
@@ -122,7 +126,8 @@ mod tests {
         assert!(DomainVerdicts::default().is_empty());
         assert!(!DomainVerdicts {
             allow: true,
-            deny: false
+            deny: false,
+            observe: false
         }
         .is_empty());
     }

@@ -1400,6 +1400,7 @@ impl Filter {
         let mut lists = DomainVerdicts {
             allow: verdict == Verdict::Allow,
             deny: verdict == Verdict::Deny,
+            observe: false,
         };
         if self.hosts.insert_new(&key, &key::host_value(lists))? {
             return Ok(true);

@@ -518,6 +518,9 @@ fn verdict_bits(verdicts: DomainVerdicts) -> u32 {
     if verdicts.deny {
         bits |= DomainVerdict::KRT_EGRESS_DOMAIN_DENY.0;
     }
+    if verdicts.observe {
+        bits |= DomainVerdict::KRT_EGRESS_DOMAIN_OBSERVE.0;
+    }
     bits
 }
 
@@ -527,6 +530,7 @@ fn decode_verdict_bits(bits: u32) -> DomainVerdicts {
     DomainVerdicts {
         allow: bits & DomainVerdict::KRT_EGRESS_DOMAIN_ALLOW.0 != 0,
         deny: bits & DomainVerdict::KRT_EGRESS_DOMAIN_DENY.0 != 0,
+        observe: bits & DomainVerdict::KRT_EGRESS_DOMAIN_OBSERVE.0 != 0,
     }
 }
 
@@ -918,6 +922,7 @@ mod tests {
         let both = DomainVerdicts {
             allow: true,
             deny: true,
+            observe: false,
         };
         for addr in ["192.0.2.1", "2001:db8::1"] {
             let addr: IpAddr = addr.parse().unwrap();
@@ -1037,18 +1042,24 @@ mod tests {
     #[test]
     fn domain_entries_decode_to_what_was_encoded() {
         let d = Domain::new("Allowed.Test").unwrap();
-        let both = DomainVerdicts {
-            allow: true,
-            deny: true,
-        };
         let key = domain_key(7, &d);
         assert_eq!(key.len(), 132);
         assert_eq!(&key[..14], b"\x07allowed\x04test\x00");
         assert_eq!(&key[128..], &7u32.to_ne_bytes());
-        assert_eq!(
-            decode_domain(&key, &domain_value(both, 3)),
-            Some((7, d.clone(), both, 3))
-        );
+        // Every combination of sides, the observe-only one included (a
+        // name only monitor policies give).
+        for bits in 1..8u8 {
+            let sides = DomainVerdicts {
+                allow: bits & 1 != 0,
+                deny: bits & 2 != 0,
+                observe: bits & 4 != 0,
+            };
+            assert_eq!(
+                decode_domain(&key, &domain_value(sides, 3)),
+                Some((7, d.clone(), sides, 3)),
+                "{sides:?}"
+            );
+        }
         // A value naming no side is no entry userspace writes.
         assert_eq!(
             decode_domain(&key, &domain_value(DomainVerdicts::default(), 3)),
@@ -1067,7 +1078,7 @@ mod tests {
     fn learned_entries_decode_to_what_was_encoded() {
         let allow = DomainVerdicts {
             allow: true,
-            deny: false,
+            ..DomainVerdicts::default()
         };
         for addr in ["192.0.2.1", "2001:db8::1"] {
             let addr: IpAddr = addr.parse().unwrap();

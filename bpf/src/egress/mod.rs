@@ -23,7 +23,7 @@
 //! | `egress_sock_cache` | sk storage | a socket | `struct krt_egress_sock_cache`: its cached verdict (not pinned) |
 //! | `egress_seen` | array, 64 | `u32` cookie's low bits | `u64` cookie of a socket decided once, cached at its next packet (not pinned) |
 //!
-//! | `egress_domains` | hash, 2^14 | `struct krt_egress_domain_key { domain_key name; u32 set_id; }` | `struct krt_egress_domain { u32 verdicts; u32 name_id; }` |
+//! | `egress_domains` | hash, 2^14 | `struct krt_egress_domain_key { domain_key name; u32 set_id; }` | `struct krt_egress_domain { u32 verdicts; u32 name_id; }` (allow, deny, observe bits) |
 //! | `egress_learned` | LRU hash, 2^15 | `struct krt_egress_learned_key { u32 set_id, family; u8 addr[16]; }` | `struct krt_egress_learned { u64 expires_ns; u32 verdicts; u32 name_id; }` |
 //!
 //! An LPM key's `prefixlen` counts the 32 set-id bits plus the address
