@@ -22,6 +22,12 @@
 //! sends no real traffic meanwhile. The next case gets the released set
 //! id again, so an entry or flag the removal left behind shows there as a
 //! disagreement (its shrunk case may then not be the cause).
+//!
+//! Domain values: once a case's policies are programmed, the pod's DNS
+//! answers for each domain of the universe's cluster (A and AAAA records,
+//! from port 53) go through the real DNS answer snooper
+//! (`EgressFilter::test_run_snoop`), so the filter decides with what the
+//! kernel learned, as on a node.
 
 use crate::kernel_common::{mode, pod, run_driver, KernelCase};
 use crate::model::{self, Cluster, Event, Kind, Policy};
@@ -36,7 +42,13 @@ use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
 use std::cell::Cell;
 use std::collections::BTreeSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
+
+// The snooper tests' DNS message builder; here it only builds answers for
+// the universe's own names.
+#[allow(clippy::unwrap_used)]
+#[path = "../../bpf/tests/common/dnsmsg.rs"]
+mod dnsmsg;
 
 /// The driver's name, as `Run.driver` reports it.
 const DRIVER: &str = "egress-bpf";
@@ -53,12 +65,33 @@ pub fn network_policies() -> impl Strategy<Value = Vec<Policy>> {
 
 // ---- the product --------------------------------------------------------------------
 
-/// The manager over the kernel backend, one pod on the scratch cgroup, and
-/// a frame to every address of the universe.
+/// The manager over the kernel backend, one pod on the scratch cgroup, a
+/// frame to every address of the universe, and the pod's DNS answers.
 struct Kernel {
     manager: EgressManager<EgressEnforcer<KernelEgress>>,
     cluster: Cluster,
     frames: Vec<(IpAddr, Vec<u8>)>,
+    answers: Vec<Vec<u8>>,
+}
+
+/// The frames of a DNS answer for each domain of `cluster`: one datagram
+/// from port 53 to the pod, its records the domain's addresses.
+fn answers(cluster: &Cluster) -> Vec<Vec<u8>> {
+    let pod = SocketAddr::from(([10, 0, 0, 5], 40000));
+    cluster
+        .domains
+        .iter()
+        .map(|(name, addrs)| {
+            let mut r = dnsmsg::Response::new(name, dnsmsg::TYPE_A);
+            for a in addrs {
+                match a {
+                    IpAddr::V4(a) => r.a(&dnsmsg::ptr(dnsmsg::QNAME_AT), 300, *a),
+                    IpAddr::V6(a) => r.aaaa(&dnsmsg::ptr(dnsmsg::QNAME_AT), 300, *a),
+                };
+            }
+            kyverno_runtime_bpf::frame::udp_datagram_to(53, pod, &r.bytes)
+        })
+        .collect()
 }
 
 impl Kernel {
@@ -91,6 +124,7 @@ impl Kernel {
             .collect::<Result<_, _>>()?;
         Ok(Self {
             manager,
+            answers: answers(&cluster),
             cluster,
             frames,
         })
@@ -149,6 +183,15 @@ impl Kernel {
     fn check(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
         for p in policies {
             self.apply(p)?;
+        }
+        // The pod resolves every domain: what its set names is learned.
+        for answer in &self.answers {
+            self.manager
+                .backend()
+                .kernel()
+                .filter()
+                .test_run_snoop(answer)
+                .map_err(|e| format!("snooper test run: {e}"))?;
         }
         for (addr, frame) in &self.frames {
             checked.set(checked.get() + 1);

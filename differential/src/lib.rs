@@ -47,6 +47,11 @@ pub struct Shapes {
     pub default_deny_beside_an_allow: AtomicU64,
     /// A Service named by a network value.
     pub service_values: AtomicU64,
+    /// A domain named by a network value.
+    pub domain_values: AtomicU64,
+    /// A domain named by monitor policies only (of those selecting the
+    /// pod): learned for the monitor alone.
+    pub monitor_only_domains: AtomicU64,
 }
 
 impl Shapes {
@@ -123,13 +128,43 @@ impl Shapes {
                 .flat_map(|p| &p.behaviors)
                 .any(|b| b.deny.len() > 1 && b.deny.iter().any(|v| v == "*")),
         );
+        let network_values = |p: &&Policy| -> Vec<String> {
+            p.behaviors
+                .iter()
+                .filter(|b| b.kind == Kind::Network)
+                .flat_map(|b| b.allow.iter().chain(&b.deny))
+                .map(|v| v.trim_end_matches('.').to_ascii_lowercase())
+                .collect()
+        };
+        let is_domain = |v: &String| v.ends_with(".example");
         bump(
             &self.service_values,
             policies
                 .iter()
-                .flat_map(|p| &p.behaviors)
-                .flat_map(|b| b.allow.iter().chain(&b.deny))
-                .any(|v| v.ends_with(".svc")),
+                .flat_map(|p| network_values(&p))
+                .any(|v| v.contains(".svc")),
+        );
+        bump(
+            &self.domain_values,
+            policies
+                .iter()
+                .flat_map(|p| network_values(&p))
+                .any(|v| is_domain(&v)),
+        );
+        let named_by = |mode: Mode| -> Vec<String> {
+            selecting
+                .iter()
+                .filter(|p| p.mode == mode)
+                .flat_map(network_values)
+                .filter(is_domain)
+                .collect()
+        };
+        let enforced = named_by(Mode::Enforce);
+        bump(
+            &self.monitor_only_domains,
+            named_by(Mode::Monitor)
+                .iter()
+                .any(|d| !enforced.contains(d)),
         );
     }
 
@@ -153,6 +188,8 @@ impl Shapes {
                 &self.default_deny_beside_an_allow,
             ),
             ("Service values", &self.service_values),
+            ("domain values", &self.domain_values),
+            ("domain named by monitor only", &self.monitor_only_domains),
         ]
         .iter()
         .map(|(name, c)| {

@@ -172,11 +172,17 @@ pub struct Outcome {
 }
 
 /// The cluster the pod runs in, as far as the rule reads it: each
-/// Service's addresses (its ClusterIPs and its endpoints).
+/// Service's addresses (its ClusterIPs and its endpoints), and what the
+/// pod's own DNS answers gave each domain.
 #[derive(Clone, Debug, Default)]
 pub struct Cluster {
     /// (namespace, name, addresses) of each Service.
     pub services: Vec<(String, String, Vec<IpAddr>)>,
+    /// (name, addresses) of each domain the pod resolved, the answers
+    /// unexpired; the name lowercase without a trailing dot. An address
+    /// is answered for one name at most: the kernel knows a learned
+    /// address by the latest name that gave it (docs/network-names.md).
+    pub domains: Vec<(String, Vec<IpAddr>)>,
 }
 
 impl Cluster {
@@ -189,6 +195,17 @@ impl Cluster {
             .iter()
             .find(|(ns, n, _)| ns == namespace && n == name)
             .map(|(_, _, a)| a.as_slice())
+    }
+
+    /// The addresses the pod's answers gave the domain a network value
+    /// names, if it names a domain the pod resolved (compared lowercase
+    /// without the trailing dot).
+    fn domain(&self, value: &str) -> Option<&[IpAddr]> {
+        let name = value.trim_end_matches('.').to_ascii_lowercase();
+        self.domains
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, a)| a.as_slice())
     }
 }
 
@@ -217,11 +234,12 @@ fn lists(policy: &Policy, kind: Kind) -> Option<Lists> {
 }
 
 /// Whether a network value names `dest`: the address itself, a CIDR
-/// holding it (spec line 100: network values are addresses and CIDRs), or
-/// a Service one of whose addresses it is (#33: a Service value stands for
-/// its ClusterIPs and endpoints).
+/// holding it (spec line 100: network values are addresses and CIDRs), a
+/// Service one of whose addresses it is (#33: a Service value stands for
+/// its ClusterIPs and endpoints), or a domain whose answer to the pod gave
+/// it (#33: a domain stands for what the pod's own answers gave it).
 fn network_matches(cluster: &Cluster, value: &str, dest: IpAddr) -> bool {
-    if let Some(addrs) = cluster.service(value) {
+    if let Some(addrs) = cluster.service(value).or_else(|| cluster.domain(value)) {
         return addrs.contains(&dest);
     }
     let (addr, len) = match value.split_once('/') {
@@ -506,6 +524,45 @@ mod tests {
         assert!(decide(std::slice::from_ref(&one), &at("10.50.0.9")).refused);
         assert!(!decide(std::slice::from_ref(&one), &at("10.50.0.8")).refused);
         assert!(decide(&[one], &at("10.51.0.1")).refused);
+    }
+
+    #[test]
+    fn a_domain_value_names_what_the_pods_answers_gave_it() {
+        let cluster = Cluster {
+            services: Vec::new(),
+            domains: vec![("evil.example".into(), vec![IpAddr::from([10, 50, 0, 2])])],
+        };
+        let at = |a: [u8; 4]| Event::Connect(IpAddr::from(a));
+        // Written as users do: case and a trailing dot.
+        let enforce = p(
+            "e",
+            Mode::Enforce,
+            vec![b(Kind::Network, &["10.0.0.0/8"], &["Evil.Example."])],
+        );
+        let monitor = p(
+            "m",
+            Mode::Monitor,
+            vec![b(Kind::Network, &[], &["evil.example"])],
+        );
+        let o = decide_in(
+            &cluster,
+            &[enforce.clone(), monitor.clone()],
+            &at([10, 50, 0, 2]),
+        );
+        assert!(o.refused, "the deny of the name beats the /8 allow");
+        assert_eq!(o.findings.len(), 2, "{o:?}");
+        let o = decide_in(&cluster, &[enforce, monitor], &at([10, 50, 0, 3]));
+        assert!(
+            !o.refused && o.findings.is_empty(),
+            "no answer gave it: {o:?}"
+        );
+        // A name the pod never resolved names nothing.
+        let unresolved = p(
+            "u",
+            Mode::Enforce,
+            vec![b(Kind::Network, &[], &["good.example"])],
+        );
+        assert!(!decide_in(&cluster, &[unresolved], &at([10, 50, 0, 2])).refused);
     }
 
     #[test]

@@ -28,10 +28,15 @@ pub const NETWORK: &[&str] = &[
     "fd00:1::1/64",
     "api.prod.svc",
     "db.prod.svc.cluster.local",
+    // Domains, one written as users do (case, trailing dot).
+    "good.example",
+    "Evil.Example.",
 ];
 
 /// The Services of the cluster: one with a v4 and a v6 ClusterIP, one
-/// whose endpoint is also a literal value of the universe.
+/// whose endpoint is also a literal value of the universe. The domains the
+/// pod resolved: one with a v4 and a v6 address, one whose address is also
+/// a literal value (and inside literal prefixes).
 pub fn cluster() -> Cluster {
     let addrs = |list: &[&str]| list.iter().filter_map(|a| a.parse().ok()).collect();
     Cluster {
@@ -46,6 +51,10 @@ pub fn cluster() -> Cluster {
                 "db".into(),
                 addrs(&["10.96.0.20", "10.1.2.3"]),
             ),
+        ],
+        domains: vec![
+            ("good.example".into(), addrs(&["10.50.0.1", "fd00:50::1"])),
+            ("evil.example".into(), addrs(&["10.50.0.2", "10.1.2.4"])),
         ],
     }
 }
@@ -65,6 +74,9 @@ pub const ADDRESSES: &[&str] = &[
     "10.96.0.10",
     "10.96.0.20",
     "fd00:96::10",
+    "10.50.0.1",
+    "10.50.0.2",
+    "fd00:50::1",
 ];
 
 /// Open and exec values (exact paths, a parent directory among them).

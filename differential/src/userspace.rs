@@ -14,6 +14,7 @@
 
 use crate::model::{self, Cluster, Decision, Event, Finding, Kind, Mode, Outcome, Policy};
 use kyverno_runtime_api::runtimepolicy::{RuntimePolicyMode, RuntimePolicySpec};
+use kyverno_runtime_bpf::egress::Domain;
 use kyverno_runtime_compat::{Backend, Behavior as CompatBehavior};
 use kyverno_runtime_enforce::egress::{
     ContainerCgroup, Destination, EgressManager, NetworkPod, NetworkPolicy,
@@ -265,6 +266,40 @@ impl System {
         Ok(())
     }
 
+    /// What the kernel's DNS answer snooper would have learned for the
+    /// pod's set, standing in for it (the fake backend learns nothing; the
+    /// egress-bpf driver runs the real snooper): each address the pod's
+    /// answers gave a domain that some program bound to the pod names, on
+    /// any side (an observer's domains included), under that name.
+    fn learned(&self) -> BTreeMap<IpAddr, Domain> {
+        let named: BTreeSet<&Domain> = self
+            .egress
+            .programmed()
+            .values()
+            .filter(|h| h.cgroups.contains(&CGROUP))
+            .flat_map(|h| match &h.program {
+                Program::Enforce(r) => r.allow.iter().chain(&r.deny).collect::<Vec<_>>(),
+                Program::Observe(watch) => watch.iter().collect(),
+            })
+            .filter_map(|d| match d {
+                Destination::Domain(d) => Some(d),
+                Destination::Prefix(_) => None,
+            })
+            .collect();
+        let mut out = BTreeMap::new();
+        for (name, addrs) in &self.cluster.domains {
+            let Ok(domain) = Domain::new(name) else {
+                continue;
+            };
+            if named.contains(&domain) {
+                for a in addrs {
+                    out.insert(*a, domain.clone());
+                }
+            }
+        }
+        out
+    }
+
     /// The kernel's decision as the programmed state makes it, if this
     /// driver decides the event's kind.
     fn kernel(&self, event: &Event) -> Option<KernelVerdict> {
@@ -278,7 +313,9 @@ impl System {
                 };
                 backend.decide(CGROUP, &path)
             }
-            Event::Connect(dest) => network_decision(self.egress.programmed(), *dest),
+            Event::Connect(dest) => {
+                network_decision(self.egress.programmed(), &self.learned(), *dest)
+            }
             Event::Protocol { .. } | Event::Dns(_) => return None,
         };
         Some(match decision {
@@ -321,7 +358,11 @@ impl System {
             Event::Connect(dest) => Facts::Net {
                 dest: *dest,
                 port: Some(443),
-                names: self.egress.destination_names().of(CGROUP, *dest),
+                names: {
+                    let mut names = self.egress.destination_names().of(CGROUP, *dest);
+                    names.extend(self.learned().get(dest).map(ToString::to_string));
+                    names
+                },
             },
             Event::Open(p) => Facts::Open { path: p.clone() },
             Event::Exec(p) => Facts::Exec {
@@ -373,11 +414,14 @@ impl System {
 /// prefix matched by containment (as the kernel's tries do).
 fn network_decision(
     programmed: &BTreeMap<PolicyId, kyverno_runtime_enforce::Held<Destination>>,
+    learned: &BTreeMap<IpAddr, Domain>,
     dest: IpAddr,
 ) -> kyverno_runtime_enforce::Decision {
     let hit = |set: &BTreeSet<Destination>| {
-        set.iter()
-            .any(|d| matches!(d, Destination::Prefix(p) if p.contains(dest)))
+        set.iter().any(|d| match d {
+            Destination::Prefix(p) => p.contains(dest),
+            Destination::Domain(d) => learned.get(&dest) == Some(d),
+        })
     };
     rule::decide(
         programmed

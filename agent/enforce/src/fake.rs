@@ -335,12 +335,25 @@ where
                 Call::UpdatePolicy,
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
-                    "an observe policy has no rules to update",
+                    "an observe policy has no rules to update but the values it names",
                 ),
             );
             let held = me.state.get_mut(policy).ok_or(unknown)?;
-            let Program::Enforce(rules) = &mut held.program else {
-                return Err(invalid);
+            let rules = match &mut held.program {
+                Program::Enforce(rules) => rules,
+                // An observer's values change on the allow side of the
+                // diff (`ProgramDiff::between_programs`), and nothing else.
+                Program::Observe(watch) => {
+                    if !diff.add_deny.is_empty()
+                        || !diff.remove_deny.is_empty()
+                        || diff.default_deny.is_some()
+                    {
+                        return Err(invalid);
+                    }
+                    watch.extend(diff.add_allow.iter().cloned());
+                    watch.retain(|v| !diff.remove_allow.contains(v));
+                    return Ok(());
+                }
             };
             // Adds before removes, as a kernel backend must order them so
             // no lookup falls between the old entry and the new one.
@@ -540,8 +553,20 @@ mod tests {
             f.bind(&id("b"), 1),
             Err(EnforceError::UnknownPolicy(..))
         ));
-        let diff = ProgramDiff::between(&Rules::default(), &Rules::default());
-        assert!(f.update_policy(&id("a"), &diff).is_err());
+        // An observer has no rules to update: only the values it names.
+        let deny =
+            ProgramDiff::between_programs(&Program::observe(), &enforce(&[], &["/x"], false));
+        assert_eq!(deny, None, "across the observe/enforce line");
+        let deny = ProgramDiff {
+            add_deny: ["/x"].into(),
+            ..ProgramDiff::between(&Rules::default(), &Rules::default())
+        };
+        assert!(f.update_policy(&id("a"), &deny).is_err());
+        let named =
+            ProgramDiff::between_programs(&Program::observe(), &Program::Observe(["/y"].into()))
+                .unwrap();
+        f.update_policy(&id("a"), &named).unwrap();
+        assert_eq!(f.state()[&id("a")].program, Program::Observe(["/y"].into()));
         // Idempotent removals succeed.
         f.unbind(&id("a"), 9).unwrap();
         f.unbind(&id("zzz"), 9).unwrap();
