@@ -122,7 +122,7 @@ mod pki;
 #[test]
 fn the_collector_ends_as_a_command_does_when_its_output_fails() {
     use kyverno_runtime_push::{PushConfig, PushSink};
-    use kyverno_runtime_report::{Behavior, Decision, Finding, PodIdentity};
+    use kyverno_runtime_report::Finding;
     use std::io::{BufRead as _, BufReader, Read as _};
     use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -131,24 +131,9 @@ fn the_collector_ends_as_a_command_does_when_its_output_fails() {
     let file = |n: &str| dir.path().join(n);
     let finding = Finding {
         policy: "p".into(),
-        policy_uid: "11111111-2222-3333-4444-555555555555".into(),
-        behavior: Behavior::Exec,
-        pod: PodIdentity {
-            namespace: "shop".into(),
-            name: "web-0".into(),
-            uid: "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee".into(),
-            container: Some("app".into()),
-            owner_kind: None,
-            owner_name: None,
-        },
-        target: "/usr/bin/curl".into(),
-        enforced: true,
-        decision: Some(Decision::Denied),
-        count: 1,
         first_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
         last_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
-        process: None,
-        matched: Vec::new(),
+        ..kyverno_runtime_report::fixtures::finding()
     };
     let closed_pipe = || {
         let (read, write) = nix::unistd::pipe().unwrap();

@@ -317,26 +317,16 @@ mod tests {
     }
 
     fn finding() -> Finding {
+        let f = kyverno_runtime_report::fixtures::finding();
         Finding {
-            policy: "no-curl".into(),
-            policy_uid: "11111111-2222-3333-4444-555555555555".into(),
-            behavior: Behavior::Exec,
             pod: PodIdentity {
-                namespace: "shop".into(),
-                name: "web-0".into(),
-                uid: "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee".into(),
-                container: Some("app".into()),
                 owner_kind: None,
                 owner_name: None,
+                ..f.pod
             },
-            target: "/usr/bin/curl".into(),
-            enforced: true,
-            decision: Some(Decision::Denied),
-            count: 1,
             first_observed: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             last_observed: UNIX_EPOCH + Duration::from_secs(1_700_000_010),
-            process: None,
-            matched: Vec::new(),
+            ..f
         }
     }
 

@@ -340,29 +340,14 @@ mod tests {
 
     fn finding() -> Finding {
         Finding {
-            policy: "no-curl".into(),
-            policy_uid: "11111111-2222-3333-4444-555555555555".into(),
-            behavior: Behavior::Exec,
-            pod: PodIdentity {
-                namespace: "shop".into(),
-                name: "web-0".into(),
-                uid: "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee".into(),
-                container: Some("app".into()),
-                owner_kind: Some("StatefulSet".into()),
-                owner_name: Some("web".into()),
-            },
-            target: "/usr/bin/curl".into(),
-            enforced: true,
-            decision: Some(Decision::Denied),
             count: 3,
-            first_observed: UNIX_EPOCH + Duration::from_secs(100),
             last_observed: UNIX_EPOCH + Duration::new(200, 5),
             process: Some(Process {
                 pid: 4242,
                 comm: "curl".into(),
                 argv: vec!["curl".into(), "-sS".into(), "http://example".into()],
             }),
-            matched: Vec::new(),
+            ..kyverno_runtime_report::fixtures::finding()
         }
     }
 

@@ -515,29 +515,7 @@ mod tests {
         UNIX_EPOCH + Duration::from_secs(secs)
     }
 
-    fn finding() -> Finding {
-        Finding {
-            policy: "no-curl".into(),
-            policy_uid: "11111111-2222-3333-4444-555555555555".into(),
-            behavior: Behavior::Exec,
-            pod: PodIdentity {
-                namespace: "shop".into(),
-                name: "web-0".into(),
-                uid: "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee".into(),
-                container: Some("app".into()),
-                owner_kind: Some("StatefulSet".into()),
-                owner_name: Some("web".into()),
-            },
-            target: "/usr/bin/curl".into(),
-            enforced: true,
-            decision: Some(Decision::Denied),
-            count: 1,
-            first_observed: at(100),
-            last_observed: at(100),
-            process: None,
-            matched: Vec::new(),
-        }
-    }
+    use crate::fixtures::finding;
 
     #[test]
     fn fingerprint_is_stable_and_covers_identity_only() {

@@ -63,6 +63,9 @@ pub use result::{outcome, pod_reference, property, report_result, MAX_PODS_LISTE
 /// output path (the `redaction-cases` feature).
 #[cfg(any(test, feature = "redaction-cases"))]
 pub use sanitize::cases as redaction_cases;
+/// A finding for other crates' tests (the `fixtures` feature).
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub use sanitize::{sanitize, sanitize_argv, sanitize_with_argv, MASK, MAX_CHARS, PRE_CUT_CHARS};
 
 #[cfg(test)]
