@@ -1,9 +1,12 @@
 //! What the kernel drivers share: the scratch cgroup the driver process
 //! moves into (a test-run packet's cgroup is the caller's), the pod on it,
-//! and the run's bookkeeping.
+//! the run's bookkeeping, and the two ways a product is driven: cases (a
+//! policy set programmed, probed, deleted) and sequences (add, edit, mode
+//! switch, selector change and delete steps, probed after each).
 
 use crate::model::{Event, Mode, Policy};
-use crate::{runner, shrunk, Run, Shapes};
+use crate::reporting::POD_UID;
+use crate::{runner, shrunk, Run, Shapes, Step};
 use kyverno_runtime_enforce::egress::{ContainerCgroup, NetworkPod};
 use kyverno_runtime_enforce::openexec;
 use proptest::strategy::Strategy;
@@ -14,14 +17,92 @@ use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
-const POD_UID: &str = "pod-uid";
-
-/// A kernel driver's product: programs a case's policies, checks every
-/// event of its kind against the model, deletes them and checks that
-/// nothing is left.
+/// A kernel driver's product: the real manager over the real kernel
+/// program, one pod on the scratch cgroup.
 pub(crate) trait KernelCase {
-    /// One case; counts each (policy set, event) pair it checks.
-    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String>;
+    /// Programs `p` as the daemon does: adds it, or replaces the policy of
+    /// its name (an edit of its lists, mode or selector).
+    fn apply(&mut self, p: &Policy) -> Result<(), String>;
+
+    /// Deletes the policy named `name` (nothing if there is none).
+    fn delete(&mut self, name: &str) -> Result<(), String>;
+
+    /// Checks every event of the driver's kind against the model over
+    /// `policies` (what is programmed now): the kernel's decision, and the
+    /// findings; counts each event checked.
+    fn probe(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String>;
+
+    /// With every policy deleted: nothing is held, attached or decided any
+    /// more (a stale entry shows here).
+    fn check_empty(&mut self) -> Result<(), String>;
+}
+
+/// Deletes each of `names`, every one even after a failure (the first is
+/// returned).
+fn delete_all<'a, K: KernelCase>(
+    k: &mut K,
+    names: impl IntoIterator<Item = &'a String>,
+) -> Result<(), String> {
+    let mut first = Ok(());
+    for n in names {
+        if let Err(e) = k.delete(n) {
+            if first.is_ok() {
+                first = Err(format!("deleting {n}: {e}"));
+            }
+        }
+    }
+    first
+}
+
+/// One case: programs `policies`, probes, deletes them (also after a
+/// failed probe, so the next case starts from nothing) and checks that
+/// nothing is left.
+fn case<K: KernelCase>(k: &mut K, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
+    let probed = policies
+        .iter()
+        .try_for_each(|p| k.apply(p))
+        .and_then(|()| k.probe(policies, checked));
+    let deleted = delete_all(k, policies.iter().map(|p| &p.name));
+    probed?;
+    deleted?;
+    k.check_empty()
+}
+
+/// One sequence: each step applied, then every event probed against the
+/// model over the policies then current (no stale entry, no gap); at the
+/// end the policies left are deleted and nothing may be left.
+fn sequence<K: KernelCase>(
+    k: &mut K,
+    steps: &[Step],
+    checked: &Cell<u64>,
+    shapes: &Shapes,
+) -> Result<(), String> {
+    let mut current: BTreeMap<String, Policy> = BTreeMap::new();
+    let mut run = || -> Result<(), String> {
+        for (i, s) in steps.iter().enumerate() {
+            match s {
+                Step::Apply(p) => {
+                    k.apply(p)?;
+                    current.insert(p.name.clone(), p.clone());
+                }
+                Step::Delete(n) => {
+                    if current.remove(n).is_some() {
+                        k.delete(n)?;
+                    }
+                }
+            }
+            let policies: Vec<Policy> = current.values().cloned().collect();
+            shapes.tally(&policies);
+            k.probe(&policies, checked)
+                .map_err(|e| format!("after step {i} ({}): {e}", s.describe()))?;
+        }
+        Ok(())
+    };
+    let result = run();
+    let deleted = delete_all(k, current.keys());
+    result?;
+    deleted?;
+    k.check_empty()
 }
 
 /// Runs a kernel driver: moves into the scratch cgroup, builds the
@@ -51,15 +132,52 @@ pub(crate) fn run_driver<K: KernelCase>(
     let shapes = Shapes::default();
     let result = runner(seed, sets).run(&policies, |policies| {
         shapes.tally(&policies);
-        kernel
-            .borrow_mut()
-            .case(&policies, &checked)
-            .map_err(TestCaseError::fail)
+        case(&mut *kernel.borrow_mut(), &policies, &checked).map_err(TestCaseError::fail)
     });
     // The links go (detach) before the cgroup does.
     drop(kernel);
     drop(scratch);
     finish(driver, checked.get(), shapes, result, every)
+}
+
+/// Runs a kernel driver on sequences of `steps` (1 to 12 each): as
+/// [`run_driver`], about `cases` (step, event) pairs, `per_step` events
+/// probed after each step. A disagreement is printed shrunk to a minimal
+/// sequence (no replay scenario: a scenario is one policy set).
+pub(crate) fn run_sequences<K: KernelCase>(
+    driver: &'static str,
+    cases: u64,
+    seed: u64,
+    per_step: usize,
+    steps: impl Strategy<Value = Step>,
+    build: impl FnOnce(ContainerCgroup) -> Result<K, String>,
+) -> Run {
+    let scratch = match Scratch::enter(driver) {
+        Ok(s) => s,
+        Err(why) => return cannot_run(driver, why),
+    };
+    let kernel = match scratch.container().and_then(build) {
+        Ok(k) => RefCell::new(k),
+        Err(why) => return cannot_run(driver, why),
+    };
+    // A sequence probes about 6 steps.
+    let sequences = u32::try_from(cases.div_ceil(6 * per_step.max(1) as u64)).unwrap_or(u32::MAX);
+    let checked = Cell::new(0u64);
+    let shapes = Shapes::default();
+    let result =
+        runner(seed ^ 0x5e9, sequences).run(&proptest::collection::vec(steps, 1..=12), |steps| {
+            sequence(&mut *kernel.borrow_mut(), &steps, &checked, &shapes)
+                .map_err(TestCaseError::fail)
+        });
+    drop(kernel);
+    drop(scratch);
+    Run {
+        driver,
+        cases: checked.get(),
+        disagreement: result.err().map(shrunk),
+        shapes,
+        case: None,
+    }
 }
 
 /// A driver that cannot run here (not root, no cgroup v2, no program).
@@ -206,14 +324,19 @@ impl Drop for Scratch {
     }
 }
 
-/// The pod on the scratch cgroup, labelled so that exactly the policies
-/// with `selects` select it (see `userspace::spec`).
+/// The labels of the pod: exactly the policies with `selects` select it
+/// (see `userspace::spec`).
+pub(crate) fn pod_labels() -> BTreeMap<String, String> {
+    [("app".to_owned(), "web".to_owned())].into()
+}
+
+/// The pod on the scratch cgroup, labelled with [`pod_labels`].
 pub(crate) fn pod(cgroup: ContainerCgroup) -> NetworkPod {
     NetworkPod {
         uid: POD_UID.into(),
         namespace: "default".into(),
         name: "web".into(),
-        labels: [("app".to_owned(), "web".to_owned())].into(),
+        labels: pod_labels(),
         namespace_labels: BTreeMap::new(),
         cgroups: vec![cgroup],
     }

@@ -5,7 +5,8 @@
 //! question it observes is judged by the product's [`judge_name`] with the
 //! merged dns lists of every policy the product finds selecting the pod,
 //! and the reported (policy, verdict) pairs are compared with the model's
-//! findings.
+//! findings; so are the findings the real monitor makes of the record, as
+//! the daemon hands it over.
 //!
 //! dns never refuses: every test run must pass the frame. What the kernel
 //! decides is *whether* a question is observed (only the questions of a
@@ -26,26 +27,31 @@
 //! The process moves into a scratch child cgroup for the run, as the other
 //! kernel drivers do (see [`crate::kernel_protocol`]).
 
-use crate::kernel_common::{mode, pod, run_driver, KernelCase};
+use crate::kernel_common::{mode, pod, pod_labels, run_driver, run_sequences, KernelCase};
 use crate::kernel_protocol::dns_query;
 use crate::model::{self, Decision, Event, Kind, Mode, Policy};
-use crate::{universe, userspace, Run};
+use crate::reporting::{self, Reporter};
+use crate::{step_of, universe, userspace, Run};
 use kyverno_runtime_bpf::dns::{DnsQuestion, DnsReader};
 use kyverno_runtime_bpf::frame::udp_datagram_to;
 use kyverno_runtime_enforce::dns::{judge_name, DnsGateManager, DnsPolicy, KernelDns};
 use kyverno_runtime_enforce::egress::{ContainerCgroup, NetworkPod};
 use kyverno_runtime_enforce::PolicyId;
+use kyverno_runtime_plane::{Event as PlaneEvent, Facts};
 use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::selector::PodTarget;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
 use std::cell::Cell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 /// The driver's name, as `Run.driver` reports it.
 const DRIVER: &str = "dns-bpf";
+
+/// The sequences driver's name.
+const SEQUENCE_DRIVER: &str = "dns-bpf-seq";
 
 /// `BPF_PROG_TEST_RUN`'s return value for a passed packet: the observer's
 /// only verdict.
@@ -131,6 +137,9 @@ struct Kernel {
     reader: DnsReader,
     pod: NetworkPod,
     cgroup: u64,
+    /// The policies programmed now, by name, as the product judges them.
+    held: BTreeMap<String, Compiled>,
+    reporter: Reporter,
 }
 
 impl Kernel {
@@ -147,6 +156,8 @@ impl Kernel {
             reader,
             pod,
             cgroup: id,
+            held: BTreeMap::new(),
+            reporter: Reporter::new(pod_labels()),
         };
         // Nothing selects the pod yet: nothing may be observed.
         for q in universe::QUESTIONS {
@@ -184,8 +195,43 @@ impl Kernel {
             .map_err(|e| format!("reading the questions: {e}"))
     }
 
-    /// Compiles `p` as the daemon does and upserts its dns part.
-    fn apply(&mut self, p: &Policy) -> Result<Compiled, String> {
+    /// Sends every question, as spelled and in mixed case, over both
+    /// families; nothing may be observed.
+    fn nothing_observed(&mut self) -> Result<(), String> {
+        for q in universe::QUESTIONS {
+            for v6 in [false, true] {
+                let got = self.ask(q, v6)?;
+                if !got.is_empty() {
+                    return Err(format!(
+                        "after every policy was deleted, {q} is still observed: {got:?}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The (policy, verdict) pairs the product reports for an observed
+    /// `qname`: each policy whose selector selects the pod, judged alone.
+    fn judged(&self, qname: &str) -> BTreeSet<(String, &'static str)> {
+        self.held
+            .values()
+            .filter(|c| {
+                c.target
+                    .matches(&self.pod.namespace_labels, &self.pod.labels)
+            })
+            .filter_map(|c| {
+                let verdict = judge_name(c.dns.as_ref()?, qname);
+                verdict.reported().then(|| (c.name.clone(), verdict.name()))
+            })
+            .collect()
+    }
+}
+
+impl KernelCase for Kernel {
+    /// Compiles `p` as the daemon does and upserts its dns part; the
+    /// monitor is given it too.
+    fn apply(&mut self, p: &Policy) -> Result<(), String> {
         let (compiled, result) = userspace::compile(p).map_err(|e| e.0)?;
         let dns = BehaviorLists::merge(&result, BehaviorKind::Dns);
         let outcome = self.manager.upsert_policy(DnsPolicy {
@@ -195,63 +241,32 @@ impl Kernel {
             target: compiled.target.clone(),
             dns: dns.clone(),
         });
+        self.reporter.set_policy(p, &compiled, &result);
+        self.held.insert(
+            p.name.clone(),
+            Compiled {
+                name: p.name.clone(),
+                target: compiled.target,
+                dns,
+            },
+        );
         if !outcome.rejections.is_empty() || !outcome.failures.is_empty() {
             return Err(format!("{}: dns not gated: {outcome:?}", p.name));
-        }
-        Ok(Compiled {
-            name: p.name.clone(),
-            target: compiled.target,
-            dns,
-        })
-    }
-
-    /// Deletes every policy of the case: nothing may stay observed or
-    /// attached, and nothing may have been lost.
-    fn clear(&mut self, policies: &[Policy]) -> Result<(), String> {
-        let mut failures = Vec::new();
-        let names: BTreeSet<&str> = policies.iter().map(|p| p.name.as_str()).collect();
-        for name in names {
-            let id = PolicyId::new(name.to_owned()).map_err(|e| e.to_string())?;
-            failures.extend(self.manager.delete_policy(&id));
-        }
-        // Whatever a failed check left unread.
-        let left = self
-            .reader
-            .poll_questions(Duration::ZERO)
-            .map_err(|e| format!("reading the questions: {e}"))?;
-        let lost = self
-            .manager
-            .stats_delta()
-            .map_err(|e| format!("stats: {e}"))?;
-        if let Some(f) = failures.first() {
-            return Err(format!("deleting the policies: {f}"));
-        }
-        let observed = self.manager.observed();
-        let attached: Vec<u64> = self.manager.kernel().attached().collect();
-        if !observed.is_empty() || !attached.is_empty() {
-            return Err(format!(
-                "deleted every policy, still observed {observed:?}, attached {attached:?}"
-            ));
-        }
-        if lost.ringbuf_full != 0 || lost.name_unreadable != 0 {
-            return Err(format!(
-                "the kernel lost questions: {lost:?} (left: {left:?})"
-            ));
-        }
-        if self.reader.undecodable() != 0 {
-            return Err(format!(
-                "{} records did not decode",
-                self.reader.undecodable()
-            ));
         }
         Ok(())
     }
 
-    fn check(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
-        let mut held = Vec::new();
-        for p in policies {
-            held.push(self.apply(p)?);
+    fn delete(&mut self, name: &str) -> Result<(), String> {
+        let id = PolicyId::new(name.to_owned()).map_err(|e| e.to_string())?;
+        self.reporter.remove_policy(name);
+        self.held.remove(name);
+        match self.manager.delete_policy(&id).first() {
+            Some(f) => Err(f.to_string()),
+            None => Ok(()),
         }
+    }
+
+    fn probe(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
         let observed = observed_by_model(policies);
         for q in universe::QUESTIONS {
             checked.set(checked.get() + 1);
@@ -289,7 +304,7 @@ impl Kernel {
                             self.cgroup
                         ));
                     }
-                    let reported = self.judged(&held, &question.qname);
+                    let reported = self.judged(&question.qname);
                     if reported != want {
                         return Err(format!(
                             "a query for {spelling:?} over {family}, observed as {:?}: the \
@@ -312,48 +327,63 @@ impl Kernel {
                             question.qname
                         ));
                     }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The (policy, verdict) pairs the product reports for an observed
-    /// `qname`: each policy whose selector selects the pod, judged alone.
-    fn judged(&self, held: &[Compiled], qname: &str) -> BTreeSet<(String, &'static str)> {
-        held.iter()
-            .filter(|c| {
-                c.target
-                    .matches(&self.pod.namespace_labels, &self.pod.labels)
-            })
-            .filter_map(|c| {
-                let verdict = judge_name(c.dns.as_ref()?, qname);
-                verdict.reported().then(|| (c.name.clone(), verdict.name()))
-            })
-            .collect()
-    }
-}
-
-impl KernelCase for Kernel {
-    /// Programs `policies`, checks every question against the model,
-    /// deletes them and checks that nothing is observed any more. Cleans up
-    /// even when a check fails, so the next case starts from nothing.
-    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
-        let result = self.check(policies, checked);
-        let cleared = self.clear(policies);
-        result?;
-        cleared?;
-        for q in universe::QUESTIONS {
-            for v6 in [false, true] {
-                let got = self.ask(q, v6)?;
-                if !got.is_empty() {
-                    return Err(format!(
-                        "after every policy was deleted, {q} is still observed: {got:?}"
+                    // And the monitor, given the record as the daemon
+                    // gives it (engine/observe.rs, `dns_event`).
+                    let mut e = PlaneEvent::new(
+                        "dnsquery",
+                        Facts::Dns {
+                            qname: question.qname.clone(),
+                        },
+                    );
+                    e.cgroup = Some(question.cgroup_id);
+                    let found = self.reporter.findings(vec![e]);
+                    let model = reporting::reported(&model::decide(
+                        policies,
+                        &Event::Dns(spelling.clone()),
                     ));
+                    if found != model {
+                        return Err(format!(
+                            "{:?}: the monitor reports {found:?}, the model {model:?}",
+                            question.qname
+                        ));
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Nothing may stay observed or attached, nothing may have been lost,
+    /// and no question is observed any more.
+    fn check_empty(&mut self) -> Result<(), String> {
+        // Whatever a failed probe left unread.
+        let left = self
+            .reader
+            .poll_questions(Duration::ZERO)
+            .map_err(|e| format!("reading the questions: {e}"))?;
+        let lost = self
+            .manager
+            .stats_delta()
+            .map_err(|e| format!("stats: {e}"))?;
+        let observed = self.manager.observed();
+        let attached: Vec<u64> = self.manager.kernel().attached().collect();
+        if !observed.is_empty() || !attached.is_empty() {
+            return Err(format!(
+                "deleted every policy, still observed {observed:?}, attached {attached:?}"
+            ));
+        }
+        if lost.ringbuf_full != 0 || lost.name_unreadable != 0 {
+            return Err(format!(
+                "the kernel lost questions: {lost:?} (left: {left:?})"
+            ));
+        }
+        if self.reader.undecodable() != 0 {
+            return Err(format!(
+                "{} records did not decode",
+                self.reader.undecodable()
+            ));
+        }
+        self.nothing_observed()
     }
 }
 
@@ -384,6 +414,22 @@ pub fn kernel_dns(cases: u64, seed: u64) -> Run {
         universe::QUESTIONS.len(),
         dns_policies(),
         every,
+        Kernel::new,
+    )
+}
+
+/// Driver (d), dns: about `cases` (step, question) pairs over sequences of
+/// dns policy steps (add, edit, selector change, delete; dns is monitor
+/// only), every question asked after each step as [`kernel_dns`] does,
+/// against the model over the policies then current. Same needs as
+/// [`kernel_dns`].
+pub fn kernel_dns_sequences(cases: u64, seed: u64) -> Run {
+    run_sequences(
+        SEQUENCE_DRIVER,
+        cases,
+        seed,
+        universe::QUESTIONS.len(),
+        step_of(&[Kind::Dns], universe::values_of),
         Kernel::new,
     )
 }

@@ -29,14 +29,16 @@
 //! (`EgressFilter::test_run_snoop`), so the filter decides with what the
 //! kernel learned, as on a node.
 
-use crate::kernel_common::{mode, pod, run_driver, KernelCase};
+use crate::kernel_common::{mode, pod, pod_labels, run_driver, run_sequences, KernelCase};
 use crate::model::{self, Cluster, Event, Kind, Policy};
-use crate::{universe, userspace, Run};
+use crate::reporting::{self, Reporter};
+use crate::{step_of, universe, userspace, Run};
 use kyverno_runtime_enforce::egress::{
     ContainerCgroup, EgressEnforcer, EgressManager, KernelEgress, NetworkPolicy,
 };
 use kyverno_runtime_enforce::names::ServiceName;
 use kyverno_runtime_enforce::PolicyId;
+use kyverno_runtime_plane::{Event as PlaneEvent, Facts, KernelVerdict};
 use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
@@ -52,6 +54,9 @@ mod dnsmsg;
 
 /// The driver's name, as `Run.driver` reports it.
 const DRIVER: &str = "egress-bpf";
+
+/// The sequences driver's name.
+const SEQUENCE_DRIVER: &str = "egress-bpf-seq";
 
 /// `BPF_PROG_TEST_RUN`'s return value for a dropped packet.
 const DROP: u32 = 0;
@@ -72,6 +77,7 @@ struct Kernel {
     cluster: Cluster,
     frames: Vec<(IpAddr, Vec<u8>)>,
     answers: Vec<Vec<u8>>,
+    reporter: Reporter,
 }
 
 /// The frames of a DNS answer for each domain of `cluster`: one datagram
@@ -127,46 +133,70 @@ impl Kernel {
             answers: answers(&cluster),
             cluster,
             frames,
+            reporter: Reporter::new(pod_labels()),
         })
     }
 
-    /// Compiles `p` as the daemon does and upserts its network part.
-    fn apply(&mut self, p: &Policy) -> Result<(), String> {
-        let (compiled, result) = userspace::compile(p).map_err(|e| e.0)?;
-        let outcome = self.manager.upsert_policy(NetworkPolicy {
-            id: PolicyId::new(p.name.clone()).map_err(|e| e.to_string())?,
-            name: p.name.clone(),
-            mode: mode(p.mode),
-            target: compiled.target,
-            network: BehaviorLists::merge(&result, BehaviorKind::Network),
-        });
-        if !outcome.rejections.is_empty() || !outcome.failures.is_empty() {
-            return Err(format!("{}: network not programmed: {outcome:?}", p.name));
+    /// The pod's frame to each address passes or drops as the model says
+    /// of a connect to it, and the findings the real monitor makes of what
+    /// the kernel's counters drained after it are the model's.
+    fn probe_address(
+        &mut self,
+        policies: &[Policy],
+        addr: IpAddr,
+        frame: &[u8],
+    ) -> Result<(), String> {
+        let want = model::decide_in(&self.cluster, policies, &Event::Connect(addr));
+        // What earlier frames left counted is not this one's.
+        self.manager.drain().map_err(|e| format!("draining: {e}"))?;
+        let dropped = self.dropped(frame)?;
+        let verb = |refused| if refused { "drops" } else { "passes" };
+        if dropped != want.refused {
+            return Err(format!(
+                "{addr}: the kernel {} it, the model {} it (its findings: {:?})",
+                verb(dropped),
+                verb(want.refused),
+                want.findings
+            ));
+        }
+        let drained = self.manager.drain().map_err(|e| format!("draining: {e}"))?;
+        let names = self.manager.destination_names();
+        // The events the daemon makes of the drained counters
+        // (engine/observe.rs).
+        let events = drained
+            .into_iter()
+            .map(|o| {
+                let mut e = PlaneEvent::new(
+                    "egress-observe",
+                    Facts::Net {
+                        dest: o.observed,
+                        port: None,
+                        names: names.of(o.cgroup, o.observed),
+                    },
+                );
+                e.cgroup = Some(o.cgroup);
+                e.count = o.count;
+                e.kernel = Some(match o.decision {
+                    kyverno_runtime_enforce::Decision::Denied => KernelVerdict::Denied,
+                    kyverno_runtime_enforce::Decision::DefaultDenied => {
+                        KernelVerdict::DefaultDenied
+                    }
+                    kyverno_runtime_enforce::Decision::Allowed
+                    | kyverno_runtime_enforce::Decision::Unmatched => KernelVerdict::Allowed,
+                });
+                e
+            })
+            .collect();
+        let found = self.reporter.findings(events);
+        let reported = reporting::reported(&want);
+        if found != reported {
+            return Err(format!(
+                "{addr} ({} by the kernel): the findings of the drained counters are {found:?}, \
+                 the model's {reported:?}",
+                verb(dropped)
+            ));
         }
         Ok(())
-    }
-
-    /// Deletes every policy of the case, and anything else still held.
-    fn clear(&mut self, policies: &[Policy]) -> Result<(), String> {
-        let mut ids: BTreeSet<PolicyId> = self.manager.programmed().keys().cloned().collect();
-        for p in policies {
-            ids.insert(PolicyId::new(p.name.clone()).map_err(|e| e.to_string())?);
-        }
-        let mut failures = Vec::new();
-        for id in &ids {
-            failures.extend(self.manager.delete_policy(id));
-        }
-        // What released sets counted waits for a drain: taken so it does
-        // not pile up over the run.
-        self.manager.drain().map_err(|e| e.to_string())?;
-        match failures.first() {
-            Some(f) => Err(format!("deleting the policies: {f}")),
-            None if !self.manager.programmed().is_empty() => Err(format!(
-                "deleted every policy, the backend still holds {:?}",
-                self.manager.programmed().keys().collect::<Vec<_>>()
-            )),
-            None => Ok(()),
-        }
     }
 
     /// Whether the kernel program drops `frame`.
@@ -179,12 +209,39 @@ impl Kernel {
             .map(|verdict| verdict == DROP)
             .map_err(|e| format!("test run: {e}"))
     }
+}
 
-    fn check(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
-        for p in policies {
-            self.apply(p)?;
+impl KernelCase for Kernel {
+    /// Compiles `p` as the daemon does and upserts its network part; the
+    /// monitor is given it too.
+    fn apply(&mut self, p: &Policy) -> Result<(), String> {
+        let (compiled, result) = userspace::compile(p).map_err(|e| e.0)?;
+        let outcome = self.manager.upsert_policy(NetworkPolicy {
+            id: PolicyId::new(p.name.clone()).map_err(|e| e.to_string())?,
+            name: p.name.clone(),
+            mode: mode(p.mode),
+            target: compiled.target.clone(),
+            network: BehaviorLists::merge(&result, BehaviorKind::Network),
+        });
+        self.reporter.set_policy(p, &compiled, &result);
+        if !outcome.rejections.is_empty() || !outcome.failures.is_empty() {
+            return Err(format!("{}: network not programmed: {outcome:?}", p.name));
         }
-        // The pod resolves every domain: what its set names is learned.
+        Ok(())
+    }
+
+    fn delete(&mut self, name: &str) -> Result<(), String> {
+        let id = PolicyId::new(name.to_owned()).map_err(|e| e.to_string())?;
+        self.reporter.remove_policy(name);
+        match self.manager.delete_policy(&id).first() {
+            Some(f) => Err(f.to_string()),
+            None => Ok(()),
+        }
+    }
+
+    /// The pod resolves every domain (what its set names is learned), then
+    /// sends a frame to every address.
+    fn probe(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
         for answer in &self.answers {
             self.manager
                 .backend()
@@ -193,33 +250,23 @@ impl Kernel {
                 .test_run_snoop(answer)
                 .map_err(|e| format!("snooper test run: {e}"))?;
         }
-        for (addr, frame) in &self.frames {
+        for (addr, frame) in self.frames.clone() {
             checked.set(checked.get() + 1);
-            let want = model::decide_in(&self.cluster, policies, &Event::Connect(*addr));
-            let dropped = self.dropped(frame)?;
-            if dropped != want.refused {
-                let verb = |refused| if refused { "drops" } else { "passes" };
-                return Err(format!(
-                    "{addr}: the kernel {} it, the model {} it (its findings: {:?})",
-                    verb(dropped),
-                    verb(want.refused),
-                    want.findings
-                ));
-            }
+            self.probe_address(policies, addr, &frame)?;
         }
         Ok(())
     }
-}
 
-impl KernelCase for Kernel {
-    /// Programs `policies`, checks every address against the model,
-    /// deletes them and checks that every address passes. Cleans up even
-    /// when a check fails, so the next case starts from nothing.
-    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
-        let result = self.check(policies, checked);
-        let cleared = self.clear(policies);
-        result?;
-        cleared?;
+    /// Nothing held, and every address passes (the binding is gone). What
+    /// released sets counted is taken, so it does not pile up.
+    fn check_empty(&mut self) -> Result<(), String> {
+        self.manager.drain().map_err(|e| e.to_string())?;
+        if !self.manager.programmed().is_empty() {
+            return Err(format!(
+                "deleted every policy, the backend still holds {:?}",
+                self.manager.programmed().keys().collect::<Vec<_>>()
+            ));
+        }
         for (addr, frame) in &self.frames {
             if self.dropped(frame)? {
                 return Err(format!(
@@ -236,7 +283,9 @@ impl KernelCase for Kernel {
 /// programmed by the real [`EgressManager`] over the real kernel backend
 /// and judged by the real cgroup_skb egress program on a UDP frame to
 /// every address of [`universe::ADDRESSES`] (`BPF_PROG_TEST_RUN`),
-/// against [`model::decide_in`]. After each set its policies are deleted
+/// against [`model::decide_in`]; the kernel's counters drained after each
+/// frame are made findings by the real monitor, as the daemon makes them,
+/// and compared with the model's. After each set its policies are deleted
 /// and every address must pass again.
 ///
 /// Needs root and a cgroup v2 mount (otherwise the run has no cases and
@@ -256,6 +305,24 @@ pub fn kernel_egress(cases: u64, seed: u64) -> Run {
         universe::ADDRESSES.len(),
         network_policies(),
         every,
+        |cgroup| Kernel::new(cgroup, universe::cluster()),
+    )
+}
+
+/// Driver (d), network: about `cases` (step, address) pairs over sequences
+/// of network policy steps (add, edit, mode switch, selector change,
+/// delete), each step programmed by the real manager into the real kernel
+/// backend and every address then probed as [`kernel_egress`] does (the
+/// kernel's verdict and the findings of its drained counters), against
+/// the model over the policies then current. Same needs as
+/// [`kernel_egress`].
+pub fn kernel_egress_sequences(cases: u64, seed: u64) -> Run {
+    run_sequences(
+        SEQUENCE_DRIVER,
+        cases,
+        seed,
+        universe::ADDRESSES.len(),
+        step_of(&[Kind::Network], universe::values_of),
         |cgroup| Kernel::new(cgroup, universe::cluster()),
     )
 }

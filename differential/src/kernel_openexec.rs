@@ -9,18 +9,20 @@
 //! serve, and these exist in every guest. An exec target is a copy of
 //! busybox run as `true`.
 
-use crate::model::{self, Event, Kind, Mode, Policy};
+use crate::model::{self, Event, Finding, Kind, Mode, Policy};
+use crate::reporting::{self, Reporter};
 use crate::userspace::compile;
 use crate::{runner, shrunk, universe, Run, Shapes};
 use kyverno_runtime_compat::{derive_plan, LiveHost, Overrides, Prober};
 use kyverno_runtime_enforce::lsm::{self, LsmEnforcer};
 use kyverno_runtime_enforce::openexec::{self, OpenExecManager, OpenExecPolicy, Pod};
 use kyverno_runtime_enforce::PolicyId;
+use kyverno_runtime_plane::{Event as PlaneEvent, Facts, KernelVerdict};
 use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::process::CommandExt as _;
@@ -125,8 +127,12 @@ impl Drop for Cgroup {
 
 type Manager = OpenExecManager<LsmEnforcer, LsmEnforcer>;
 
-fn apply(m: &mut Manager, p: &Policy) -> Result<(), String> {
+/// Programs `p` as the daemon does; the monitor, if any, is given it too.
+fn apply(m: &mut Manager, p: &Policy, reporter: Option<&Reporter>) -> Result<(), String> {
     let (compiled, result) = compile(p).map_err(|e| e.0)?;
+    if let Some(r) = reporter {
+        r.set_policy(p, &compiled, &result);
+    }
     let outcome = m.upsert_policy(OpenExecPolicy {
         id: PolicyId::new(p.name.clone()).map_err(|e| e.to_string())?,
         name: p.name.clone(),
@@ -134,7 +140,7 @@ fn apply(m: &mut Manager, p: &Policy) -> Result<(), String> {
             Mode::Monitor => openexec::Mode::Monitor,
             Mode::Enforce => openexec::Mode::Enforce,
         },
-        target: compiled.target,
+        target: compiled.target.clone(),
         open: BehaviorLists::merge(&result, BehaviorKind::Open),
         exec: BehaviorLists::merge(&result, BehaviorKind::Exec),
     });
@@ -216,21 +222,174 @@ pub fn child(args: &[String]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Driver (c), in the guest: `cases` (policy set, event) pairs through the
-/// kernel backend the plan picks. Returns the backend's name with the run.
-pub fn guest(cases: u64, seed: u64) -> (String, Run) {
+/// Every event of the staged universe: each file opened, each program
+/// executed.
+fn every_event() -> Vec<Event> {
+    files()
+        .into_iter()
+        .map(Event::Open)
+        .chain(programs().into_iter().map(Event::Exec))
+        .collect()
+}
+
+/// The findings the real monitor makes of what the open/exec counters
+/// drained, as the daemon makes them without the exec tracer
+/// (engine/observe.rs; with no denial budget every refusal is counted), by
+/// target path.
+fn drained_findings(
+    m: &mut Manager,
+    reporter: &Reporter,
+) -> Result<BTreeMap<String, BTreeSet<Finding>>, String> {
+    let drained = m.drain();
+    if let Some((behavior, e)) = drained.errors.first() {
+        return Err(format!("draining {}: {e}", behavior.name()));
+    }
+    let events = drained
+        .observations
+        .into_iter()
+        .map(|(behavior, o)| {
+            let facts = if behavior == kyverno_runtime_compat::Behavior::Exec {
+                Facts::Exec {
+                    filename: o.observed,
+                    argv: Vec::new(),
+                }
+            } else {
+                Facts::Open { path: o.observed }
+            };
+            let mut e = PlaneEvent::new("openexec-observe", facts);
+            e.cgroup = Some(o.cgroup);
+            e.count = o.count;
+            e.kernel = Some(match o.decision {
+                kyverno_runtime_enforce::Decision::Denied => KernelVerdict::Denied,
+                kyverno_runtime_enforce::Decision::DefaultDenied => KernelVerdict::DefaultDenied,
+                kyverno_runtime_enforce::Decision::Allowed
+                | kyverno_runtime_enforce::Decision::Unmatched => KernelVerdict::Allowed,
+            });
+            e
+        })
+        .collect();
+    Ok(reporter.findings_by_target(events))
+}
+
+/// The model's findings of `events` by target path (an exec's include its
+/// binary's open, which names the same path).
+fn model_findings(policies: &[Policy], events: &[Event]) -> BTreeMap<String, BTreeSet<Finding>> {
+    let mut out: BTreeMap<String, BTreeSet<Finding>> = BTreeMap::new();
+    for e in events {
+        let (Event::Open(p) | Event::Exec(p)) = e else {
+            continue;
+        };
+        let found = reporting::reported(&model::decide(policies, e));
+        if !found.is_empty() {
+            out.entry(p.clone()).or_default().extend(found);
+        }
+    }
+    out
+}
+
+/// Driver (d) in the guest: sequences of open/exec policy steps (add, edit,
+/// mode switch, selector change, delete) on the case driver's manager;
+/// after each step every staged event is performed by a process in the
+/// pod's cgroup, its refusal compared with the model over the policies
+/// then current, and the findings the real monitor makes of the drained
+/// counters compared with the model's, by path. About `cases` (step,
+/// event) pairs.
+fn sequences(manager: &std::cell::RefCell<Manager>, cgroup: &Cgroup, cases: u64, seed: u64) -> Run {
+    let probes = every_event();
     let shapes = Shapes::default();
     let checked = AtomicU64::new(0);
+    let count = u32::try_from(cases.div_ceil(6 * probes.len() as u64)).unwrap_or(u32::MAX);
+    let steps = prop::collection::vec(crate::step_of(&[Kind::Open, Kind::Exec], staged), 1..=12);
+    let reporter = Reporter::new(BTreeMap::from([("app".into(), "web".into())]));
+    let result = runner(seed ^ 0x5e9, count).run(&steps, |steps| {
+        let mut m = manager.borrow_mut();
+        let mut current: BTreeMap<String, Policy> = BTreeMap::new();
+        let outcome = (|| -> Result<(), String> {
+            // What the case driver left counted is not this sequence's.
+            drained_findings(&mut m, &reporter)?;
+            for (i, s) in steps.iter().enumerate() {
+                match s {
+                    crate::Step::Apply(p) => {
+                        current.insert(p.name.clone(), p.clone());
+                        apply(&mut m, p, Some(&reporter))?;
+                    }
+                    crate::Step::Delete(n) => {
+                        reporter.remove_policy(n);
+                        if current.remove(n).is_some() {
+                            let id = PolicyId::new(n.clone()).map_err(|e| e.to_string())?;
+                            let failures = m.delete_policy(&id);
+                            if !failures.is_empty() {
+                                return Err(format!("deleting {n}: {failures:?}"));
+                            }
+                        }
+                    }
+                }
+                let policies: Vec<Policy> = current.values().cloned().collect();
+                shapes.tally(&policies);
+                let got = perform(cgroup, &probes)?;
+                for (e, refused) in probes.iter().zip(got) {
+                    checked.fetch_add(1, Ordering::Relaxed);
+                    let want = model::decide(&policies, e).refused;
+                    if refused != want {
+                        return Err(format!(
+                            "after step {i} ({}): {e:?}: the kernel refused={refused}, the \
+                             model refused={want}",
+                            s.describe()
+                        ));
+                    }
+                }
+                let found = drained_findings(&mut m, &reporter)?;
+                let want = model_findings(&policies, &probes);
+                if found != want {
+                    return Err(format!(
+                        "after step {i} ({}): the findings of the drained counters are \
+                         {found:?}, the model's {want:?}",
+                        s.describe()
+                    ));
+                }
+            }
+            Ok(())
+        })();
+        // The next sequence starts from no policy.
+        for n in current.keys() {
+            reporter.remove_policy(n);
+            if let Ok(id) = PolicyId::new(n.clone()) {
+                let _ = m.delete_policy(&id);
+            }
+        }
+        outcome.map_err(TestCaseError::fail)
+    });
+    Run {
+        driver: "openexec-vm-seq",
+        cases: checked.load(Ordering::Relaxed),
+        disagreement: result.err().map(shrunk),
+        shapes,
+        case: None,
+    }
+}
+
+/// Drivers (c) and (d), in the guest: `cases` (policy set, event) pairs
+/// through the kernel backend the plan picks, then about `cases` (step,
+/// event) pairs of sequences on it. Returns the backend's name with the
+/// runs.
+pub fn guest(cases: u64, seed: u64) -> (String, Vec<Run>) {
+    let shapes = Shapes::default();
+    let checked = AtomicU64::new(0);
+    // Both drivers' lines, so the host counts each configuration's two.
     let cannot = |why: String, shapes| {
+        let run = |driver, shapes| Run {
+            driver,
+            cases: 0,
+            disagreement: Some(format!("cannot run: {why}")),
+            shapes,
+            case: None,
+        };
         (
             "-".to_owned(),
-            Run {
-                driver: "openexec-vm",
-                cases: 0,
-                disagreement: Some(format!("cannot run: {why}")),
-                shapes,
-                case: None,
-            },
+            vec![
+                run("openexec-vm", shapes),
+                run("openexec-vm-seq", Shapes::default()),
+            ],
         )
     };
     let staged = match stage() {
@@ -273,7 +432,7 @@ pub fn guest(cases: u64, seed: u64) -> (String, Run) {
         let mut m = cell.borrow_mut();
         let outcome = (|| -> Result<Option<String>, String> {
             for p in &policies {
-                apply(&mut m, p)?;
+                apply(&mut m, p, None)?;
             }
             let got = perform(&cgroup, &events)?;
             let mut wrong = None;
@@ -301,17 +460,16 @@ pub fn guest(cases: u64, seed: u64) -> (String, Run) {
             Err(e) => Err(TestCaseError::fail(format!("setup: {e}"))),
         }
     });
+    let cases_run = Run {
+        driver: "openexec-vm",
+        cases: checked.load(Ordering::Relaxed),
+        disagreement: result.err().map(shrunk),
+        shapes,
+        case: None,
+    };
+    let sequences_run = sequences(&cell, &cgroup, cases, seed);
     drop(cell);
     drop(cgroup);
     drop(staged);
-    (
-        backend,
-        Run {
-            driver: "openexec-vm",
-            cases: checked.load(Ordering::Relaxed),
-            disagreement: result.err().map(shrunk),
-            shapes,
-            case: None,
-        },
-    )
+    (backend, vec![cases_run, sequences_run])
 }

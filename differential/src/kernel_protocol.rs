@@ -32,9 +32,10 @@
 //! checks every flow, deletes them, and checks that every frame of the
 //! case (their cached flows) and a fresh one of every kind passes.
 
-use crate::kernel_common::{mode, pod, run_driver, KernelCase};
-use crate::model::{self, Event, Kind, Policy};
-use crate::{universe, userspace, Run};
+use crate::kernel_common::{mode, pod, pod_labels, run_driver, run_sequences, KernelCase};
+use crate::model::{self, Event, Finding, Kind, Policy};
+use crate::reporting::{self, Reporter, POD_UID};
+use crate::{step_of, universe, userspace, Run};
 use kyverno_runtime_bpf::frame::{tcp_segment_to, udp_datagram_to, PSH_ACK};
 use kyverno_runtime_bpf::protocol::{ProtoFlags, ProtocolClassifier};
 use kyverno_runtime_enforce::egress::ContainerCgroup;
@@ -42,6 +43,7 @@ use kyverno_runtime_enforce::protocol::{
     KernelProtocol, ProtocolManager, ProtocolObservation, ProtocolPolicy,
 };
 use kyverno_runtime_enforce::PolicyId;
+use kyverno_runtime_plane::{Event as PlaneEvent, Facts, KernelVerdict};
 use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
@@ -52,10 +54,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 /// The driver's name, as `Run.driver` reports it.
 const DRIVER: &str = "protocol-bpf";
 
+/// The sequences driver's name.
+const SEQUENCE_DRIVER: &str = "protocol-bpf-seq";
+
 /// `BPF_PROG_TEST_RUN`'s return value for a dropped packet.
 const DROP: u32 = 0;
-
-const POD_UID: &str = "pod-uid";
 
 /// The witness's rule set (its own object: no set of the manager's).
 const WITNESS_SET: u32 = 1;
@@ -336,6 +339,9 @@ struct Kernel {
     witness: ProtocolClassifier,
     flows: Vec<Flow>,
     tuples: Tuples,
+    /// The frames probed since the last [`KernelCase::check_empty`].
+    sent: Vec<Frame>,
+    reporter: Reporter,
 }
 
 impl Kernel {
@@ -366,6 +372,8 @@ impl Kernel {
             witness,
             flows,
             tuples: Tuples::default(),
+            sent: Vec::new(),
+            reporter: Reporter::new(pod_labels()),
         };
         k.preflight()?;
         Ok(k)
@@ -419,37 +427,141 @@ impl Kernel {
             .collect())
     }
 
-    /// Compiles `p` as the daemon does and upserts its protocol part.
+    /// Whether the manager's classifier drops `frame`.
+    fn dropped(&self, frame: &[u8]) -> Result<bool, String> {
+        self.manager
+            .kernel()
+            .classifier()
+            .test_run(frame)
+            .map(|verdict| verdict == DROP)
+            .map_err(|e| format!("test run: {e}"))
+    }
+
+    /// The findings the real monitor makes of what the classifier's
+    /// counters drained, as the daemon makes them (engine/observe.rs).
+    fn drained_findings(&mut self) -> Result<BTreeSet<Finding>, String> {
+        let drained = self.manager.drain();
+        if let Some(e) = drained.errors.first() {
+            return Err(format!("draining: {e}"));
+        }
+        let events = drained
+            .observations
+            .into_iter()
+            .map(|o| {
+                let mut e = PlaneEvent::new(
+                    "egress-observe",
+                    Facts::Protocol {
+                        protocol: o.protocol,
+                        alpn: o.alpn,
+                    },
+                );
+                e.cgroup = Some(o.cgroup);
+                e.count = o.count;
+                e.kernel = Some(match o.decision {
+                    kyverno_runtime_enforce::Decision::Denied => KernelVerdict::Denied,
+                    kyverno_runtime_enforce::Decision::DefaultDenied => {
+                        KernelVerdict::DefaultDenied
+                    }
+                    kyverno_runtime_enforce::Decision::Allowed
+                    | kyverno_runtime_enforce::Decision::Unmatched => KernelVerdict::Allowed,
+                });
+                e
+            })
+            .collect();
+        Ok(self.reporter.findings(events))
+    }
+
+    /// Every frame of `flow`, on a fresh tuple over both families, passes
+    /// or drops as the model says, and the findings of the drained
+    /// counters after each are the model's.
+    fn probe_flow(&mut self, policies: &[Policy], f: &Flow) -> Result<(), String> {
+        let want = model::decide(policies, &f.event());
+        let reported = reporting::reported(&want);
+        // What earlier frames left counted is not this flow's.
+        self.drained_findings()?;
+        for kind in &f.kinds {
+            for v6 in [false, true] {
+                let frame = kind.frame(&mut self.tuples, v6);
+                let dropped = self.dropped(&frame.bytes)?;
+                let verb = |refused| if refused { "drops" } else { "passes" };
+                if dropped != want.refused {
+                    // The same bytes on a fresh tuple, through the
+                    // witness: whether the frame is the model's flow.
+                    let again = kind.frame(&mut self.tuples, v6);
+                    let seen = self
+                        .classify(&again.bytes)
+                        .unwrap_or_else(|e| vec![format!("(unknown: {e})")]);
+                    return Err(format!(
+                        "{} over {}: the kernel {} it, the model {} it (its findings: {:?}); \
+                         the witness classifies the frame as {seen:?}",
+                        f.token(),
+                        frame.what,
+                        verb(dropped),
+                        verb(want.refused),
+                        want.findings
+                    ));
+                }
+                let found = self.drained_findings()?;
+                if found != reported {
+                    return Err(format!(
+                        "{} over {} ({} by the kernel): the findings of the drained counters \
+                         are {found:?}, the model's {reported:?}",
+                        f.token(),
+                        frame.what,
+                        verb(dropped)
+                    ));
+                }
+                self.sent.push(frame);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl KernelCase for Kernel {
+    /// Compiles `p` as the daemon does and upserts its protocol part; the
+    /// monitor is given it too.
     fn apply(&mut self, p: &Policy) -> Result<(), String> {
         let (compiled, result) = userspace::compile(p).map_err(|e| e.0)?;
         let outcome = self.manager.upsert_policy(ProtocolPolicy {
             id: PolicyId::new(p.name.clone()).map_err(|e| e.to_string())?,
             name: p.name.clone(),
             mode: mode(p.mode),
-            target: compiled.target,
+            target: compiled.target.clone(),
             protocol: BehaviorLists::merge(&result, BehaviorKind::Protocol),
         });
+        self.reporter.set_policy(p, &compiled, &result);
         if !outcome.rejections.is_empty() || !outcome.failures.is_empty() {
             return Err(format!("{}: protocol not programmed: {outcome:?}", p.name));
         }
         Ok(())
     }
 
-    /// Deletes every policy of the case; the pod must then hold no set and
-    /// no attachment. Takes the counted flows, so they do not pile up.
-    fn clear(&mut self, policies: &[Policy]) -> Result<(), String> {
-        let mut failures = Vec::new();
-        let names: BTreeSet<&str> = policies.iter().map(|p| p.name.as_str()).collect();
-        for name in names {
-            let id = PolicyId::new(name.to_owned()).map_err(|e| e.to_string())?;
-            failures.extend(self.manager.delete_policy(&id));
+    fn delete(&mut self, name: &str) -> Result<(), String> {
+        let id = PolicyId::new(name.to_owned()).map_err(|e| e.to_string())?;
+        self.reporter.remove_policy(name);
+        match self.manager.delete_policy(&id).first() {
+            Some(f) => Err(f.to_string()),
+            None => Ok(()),
         }
+    }
+
+    fn probe(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
+        for f in self.flows.clone() {
+            checked.set(checked.get() + 1);
+            self.probe_flow(policies, &f)?;
+        }
+        Ok(())
+    }
+
+    /// The pod holds no set and no attachment, and every frame sent since
+    /// the last check (their flows cached, some as dropped) and a fresh one
+    /// of every kind passes. Takes the counted flows, so they do not pile
+    /// up.
+    fn check_empty(&mut self) -> Result<(), String> {
         let drained = self.manager.drain();
         if let Some(e) = drained.errors.first() {
             return Err(format!("draining: {e}"));
-        }
-        if let Some(f) = failures.first() {
-            return Err(format!("deleting the policies: {f}"));
         }
         if let Some(set) = self.manager.programmed(POD_UID) {
             return Err(format!(
@@ -462,75 +574,8 @@ impl Kernel {
                 "deleted every policy, still attached to {attached:?}"
             ));
         }
-        Ok(())
-    }
-
-    /// Whether the manager's classifier drops `frame`.
-    fn dropped(&self, frame: &[u8]) -> Result<bool, String> {
-        self.manager
-            .kernel()
-            .classifier()
-            .test_run(frame)
-            .map(|verdict| verdict == DROP)
-            .map_err(|e| format!("test run: {e}"))
-    }
-
-    fn check(
-        &mut self,
-        policies: &[Policy],
-        checked: &Cell<u64>,
-        sent: &mut Vec<Frame>,
-    ) -> Result<(), String> {
-        for p in policies {
-            self.apply(p)?;
-        }
-        let flows = self.flows.clone();
-        for f in &flows {
-            checked.set(checked.get() + 1);
-            let want = model::decide(policies, &f.event());
-            for kind in &f.kinds {
-                for v6 in [false, true] {
-                    let frame = kind.frame(&mut self.tuples, v6);
-                    let dropped = self.dropped(&frame.bytes)?;
-                    if dropped != want.refused {
-                        // The same bytes on a fresh tuple, through the
-                        // witness: whether the frame is the model's flow.
-                        let again = kind.frame(&mut self.tuples, v6);
-                        let seen = self
-                            .classify(&again.bytes)
-                            .unwrap_or_else(|e| vec![format!("(unknown: {e})")]);
-                        let verb = |refused| if refused { "drops" } else { "passes" };
-                        return Err(format!(
-                            "{} over {}: the kernel {} it, the model {} it (its findings: {:?}); \
-                             the witness classifies the frame as {seen:?}",
-                            f.token(),
-                            frame.what,
-                            verb(dropped),
-                            verb(want.refused),
-                            want.findings
-                        ));
-                    }
-                    sent.push(frame);
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl KernelCase for Kernel {
-    /// Programs `policies`, checks every flow against the model, deletes
-    /// them and checks that every frame passes. Cleans up even when a
-    /// check fails, so the next case starts from nothing.
-    fn case(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
-        let mut sent = Vec::new();
-        let result = self.check(policies, checked, &mut sent);
-        let cleared = self.clear(policies);
-        result?;
-        cleared?;
-        // The case's flows (cached, some as dropped) and fresh ones.
-        let flows = self.flows.clone();
-        for f in &flows {
+        let mut sent = std::mem::take(&mut self.sent);
+        for f in self.flows.clone() {
             for kind in &f.kinds {
                 for v6 in [false, true] {
                     sent.push(kind.frame(&mut self.tuples, v6));
@@ -554,8 +599,11 @@ impl KernelCase for Kernel {
 /// programmed by the real [`ProtocolManager`] over the real kernel
 /// classifier and judged by it (`BPF_PROG_TEST_RUN`) on the first packet
 /// of a fresh flow of every kind of [`universe::FLOWS`], over IPv4 and
-/// IPv6, against the refusal of [`model::decide`]. After each set its
-/// policies are deleted and every frame must pass again.
+/// IPv6, against the refusal of [`model::decide`]; the classifier's
+/// counters drained after each frame are made findings by the real
+/// monitor, as the daemon makes them, and compared with the model's.
+/// After each set its policies are deleted and every frame must pass
+/// again.
 ///
 /// Needs root and a cgroup v2 mount (otherwise the run has no cases and
 /// says why); moves this process into a scratch child cgroup for the run
@@ -577,6 +625,22 @@ pub fn kernel_protocol(cases: u64, seed: u64) -> Run {
         universe::FLOWS.len(),
         protocol_policies(),
         every,
+        Kernel::new,
+    )
+}
+
+/// Driver (d), protocol: about `cases` (step, flow) pairs over sequences
+/// of protocol policy steps (add, edit, mode switch, selector change,
+/// delete), every flow probed after each step as [`kernel_protocol`] does,
+/// against the model over the policies then current. Same needs as
+/// [`kernel_protocol`].
+pub fn kernel_protocol_sequences(cases: u64, seed: u64) -> Run {
+    run_sequences(
+        SEQUENCE_DRIVER,
+        cases,
+        seed,
+        universe::FLOWS.len(),
+        step_of(&[Kind::Protocol], universe::values_of),
         Kernel::new,
     )
 }

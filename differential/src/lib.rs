@@ -13,6 +13,7 @@ pub mod kernel_openexec;
 pub mod kernel_protocol;
 pub mod model;
 pub mod regressions;
+mod reporting;
 pub mod scenario;
 pub mod universe;
 pub mod userspace;
@@ -342,13 +343,43 @@ pub enum Step {
     Delete(String),
 }
 
-fn step() -> impl Strategy<Value = Step> {
+impl Step {
+    /// The step in a few words, for a disagreement's message.
+    pub fn describe(&self) -> String {
+        match self {
+            Step::Apply(p) => format!(
+                "apply {} ({:?}, {})",
+                p.name,
+                p.mode,
+                if p.selects {
+                    "selecting"
+                } else {
+                    "not selecting"
+                }
+            ),
+            Step::Delete(n) => format!("delete {n}"),
+        }
+    }
+}
+
+/// A step whose policies have behaviors of `kinds`, from `values`.
+pub(crate) fn step_of(
+    kinds: &'static [model::Kind],
+    values: universe::Values,
+) -> impl Strategy<Value = Step> {
     // Four names, so most applies are edits of a policy in place.
     let name = prop::sample::select(&["p0", "p1", "p2", "p3"][..]);
     prop_oneof![
-        4 => name.clone().prop_flat_map(|n| universe::policy(n.to_owned())).prop_map(Step::Apply),
+        4 => name
+            .clone()
+            .prop_flat_map(move |n| universe::policy_of(n.to_owned(), kinds, values))
+            .prop_map(Step::Apply),
         1 => name.prop_map(|n| Step::Delete(n.to_owned())),
     ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    step_of(&model::Kind::ALL, universe::values_of)
 }
 
 /// Driver (d): sequences of 1 to 12 steps (add, edit, mode switch,

@@ -25,7 +25,8 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// Drivers on this machine: userspace, sequences, egress-bpf,
-    /// protocol-bpf, dns-bpf (root);
+    /// protocol-bpf, dns-bpf and their sequences egress-bpf-seq,
+    /// protocol-bpf-seq, dns-bpf-seq (root);
     /// empty for none (only the kernels' driver).
     #[arg(long, value_delimiter = ',', default_value = "userspace,sequences")]
     drivers: Vec<String>,
@@ -47,7 +48,7 @@ struct Args {
 
 /// The table's format.
 fn line(driver: &str, kernel: &str, cases: u64, disagreements: u64, seconds: f64) -> String {
-    format!("{driver:<12} {kernel:<28} {cases:>10} {disagreements:>14} {seconds:>8.1}")
+    format!("{driver:<16} {kernel:<28} {cases:>10} {disagreements:>14} {seconds:>8.1}")
 }
 
 /// Writes a disagreement's shrunk case as a conformance scenario and says
@@ -136,14 +137,22 @@ fn main() -> ExitCode {
             "egress-bpf" => differential::kernel_egress::kernel_egress(args.cases, seed),
             "protocol-bpf" => differential::kernel_protocol::kernel_protocol(args.cases, seed),
             "dns-bpf" => differential::kernel_dns::kernel_dns(args.cases, seed),
+            "egress-bpf-seq" => {
+                differential::kernel_egress::kernel_egress_sequences(args.cases, seed)
+            }
+            "protocol-bpf-seq" => {
+                differential::kernel_protocol::kernel_protocol_sequences(args.cases, seed)
+            }
+            "dns-bpf-seq" => differential::kernel_dns::kernel_dns_sequences(args.cases, seed),
             other => {
                 eprintln!(
-                    "unknown driver {other:?} (userspace, sequences, egress-bpf, protocol-bpf, dns-bpf)"
+                    "unknown driver {other:?} (userspace, sequences, egress-bpf, protocol-bpf, \
+                     dns-bpf, egress-bpf-seq, protocol-bpf-seq, dns-bpf-seq)"
                 );
                 return ExitCode::from(2);
             }
         };
-        let kernel = if driver.ends_with("-bpf") {
+        let kernel = if driver.ends_with("-bpf") || driver.ends_with("-bpf-seq") {
             host_kernel()
         } else {
             "-".into()
@@ -175,7 +184,7 @@ fn main() -> ExitCode {
 
 fn header() -> String {
     format!(
-        "{:<12} {:<28} {:>10} {:>14} {:>8}",
+        "{:<16} {:<28} {:>10} {:>14} {:>8}",
         "driver", "kernel", "cases", "disagreements", "seconds"
     )
 }
@@ -200,16 +209,20 @@ fn guest(args: &[String]) -> ExitCode {
         return ExitCode::from(2);
     };
     let started = Instant::now();
-    let (backend, run) = differential::kernel_openexec::guest(cases, seed);
+    let (backend, runs) = differential::kernel_openexec::guest(cases, seed);
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let kernel = format!("{} {backend}", release.trim());
+    // Both runs share the boot: the time is the pair's.
     let seconds = started.elapsed().as_secs_f64();
-    let disagreements = u64::from(run.disagreement.is_some());
-    println!(
-        "RESULT {}",
-        line(run.driver, &kernel, run.cases, disagreements, seconds)
-    );
-    let ok = report(run, &kernel, seconds);
+    let mut ok = true;
+    for run in runs {
+        let disagreements = u64::from(run.disagreement.is_some());
+        println!(
+            "RESULT {}",
+            line(run.driver, &kernel, run.cases, disagreements, seconds)
+        );
+        ok &= report(run, &kernel, seconds);
+    }
     if ok {
         ExitCode::SUCCESS
     } else {
@@ -256,7 +269,8 @@ fn vms(kernels: &[String], cases: u64, seed: u64) -> Result<Vec<bool>, String> {
         }
     }
     let status = child.wait().map_err(|e| e.to_string())?;
-    let configs = kernels.len() * 2;
+    // Two lines (cases, sequences) per kernel and lsm= setting.
+    let configs = kernels.len() * 2 * 2;
     if results.len() < configs {
         // A configuration that printed no line failed to run at all.
         results.extend(std::iter::repeat_n(false, configs - results.len()));

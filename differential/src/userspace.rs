@@ -12,8 +12,9 @@
 //!   classifier decides in the kernel; its driver is the BPF one);
 //! - dns: the monitor's findings (dns never refuses).
 
-use crate::model::{self, Cluster, Decision, Event, Finding, Kind, Mode, Outcome, Policy};
-use kyverno_runtime_api::runtimepolicy::{RuntimePolicyMode, RuntimePolicySpec};
+use crate::model::{self, Cluster, Event, Finding, Mode, Outcome, Policy};
+use crate::reporting::{Reporter, POD_UID};
+use kyverno_runtime_api::runtimepolicy::RuntimePolicySpec;
 use kyverno_runtime_bpf::egress::Domain;
 use kyverno_runtime_compat::{Backend, Behavior as CompatBehavior};
 use kyverno_runtime_enforce::egress::{
@@ -23,41 +24,16 @@ use kyverno_runtime_enforce::fake::FakeEnforcer;
 use kyverno_runtime_enforce::names::ServiceName;
 use kyverno_runtime_enforce::openexec::{self, OpenExecManager, OpenExecPolicy, Pod};
 use kyverno_runtime_enforce::{PolicyId, Program};
-use kyverno_runtime_plane::collector::Sink as _;
-use kyverno_runtime_plane::{
-    Event as PlaneEvent, Facts, FindingSink, KernelVerdict, Monitor, MonitorPolicy, PodRef,
-};
+use kyverno_runtime_plane::{Event as PlaneEvent, Facts, KernelVerdict};
 use kyverno_runtime_policy::compile::{CompiledPolicy, EvaluationResult};
 use kyverno_runtime_policy::rule::{self, BehaviorLists, Matches};
 use kyverno_runtime_policy::values::{AbsPath, BehaviorKind};
-use kyverno_runtime_report as report;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
 
 /// The pod every event comes from: one container cgroup.
 const CGROUP: u64 = 1;
-const POD_UID: &str = "pod-uid";
-
-/// Takes the monitor's findings.
-#[derive(Default)]
-struct Capture(Mutex<Vec<report::Finding>>);
-
-impl FindingSink for Capture {
-    fn submit(&self, finding: report::Finding) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(finding);
-    }
-}
-
-impl Capture {
-    fn take(&self) -> Vec<report::Finding> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-}
 
 type OpenExec = OpenExecManager<FakeEnforcer<AbsPath>, FakeEnforcer<AbsPath>>;
 
@@ -66,9 +42,7 @@ type OpenExec = OpenExecManager<FakeEnforcer<AbsPath>, FakeEnforcer<AbsPath>>;
 pub struct System {
     openexec: OpenExec,
     egress: EgressManager<FakeEnforcer<Destination>>,
-    monitor: Monitor,
-    capture: Arc<Capture>,
-    pod: Arc<PodRef>,
+    reporter: Reporter,
     cluster: Cluster,
 }
 
@@ -186,21 +160,10 @@ impl System {
                 path: PathBuf::from("/sys/fs/cgroup/differential"),
             }],
         });
-        let capture = Arc::new(Capture::default());
-        let monitor = Monitor::new(vec![capture.clone() as Arc<dyn FindingSink>], None);
-        monitor.set_namespace("default", BTreeMap::new());
         Ok(System {
             openexec,
             egress,
-            monitor,
-            capture,
-            pod: Arc::new(PodRef {
-                namespace: "default".into(),
-                name: "web".into(),
-                uid: POD_UID.into(),
-                labels: pod_labels,
-                ..PodRef::default()
-            }),
+            reporter: Reporter::new(pod_labels),
             cluster: cluster.clone(),
         })
     }
@@ -240,17 +203,7 @@ impl System {
                 p.name
             )));
         }
-        self.monitor.set_policy(MonitorPolicy::new(
-            p.name.clone(),
-            p.name.clone(),
-            match p.mode {
-                Mode::Monitor => RuntimePolicyMode::Monitor,
-                Mode::Enforce => RuntimePolicyMode::Enforce,
-            },
-            compiled.target,
-            &result,
-            Vec::new(),
-        ));
+        self.reporter.set_policy(p, &compiled, &result);
         Ok(())
     }
 
@@ -262,7 +215,7 @@ impl System {
         if !failures.is_empty() || !more.is_empty() {
             return Err(SetupError(format!("{name}: not unprogrammed")));
         }
-        self.monitor.remove_policy(name);
+        self.reporter.remove_policy(name);
         Ok(())
     }
 
@@ -377,32 +330,10 @@ impl System {
         };
         let mut e = PlaneEvent::new("differential", facts);
         e.cgroup = Some(CGROUP);
-        e.pod = Some(self.pod.clone());
         // The kernel reports refusals; the observe path reports the rest
         // (the monitor judges both).
         e.kernel = verdict.filter(|v| v.refused());
-        self.monitor.handle(&e);
-        let findings = self
-            .capture
-            .take()
-            .into_iter()
-            .map(|f| Finding {
-                policy: f.policy,
-                kind: match f.behavior {
-                    report::Behavior::Network => Kind::Network,
-                    report::Behavior::Open => Kind::Open,
-                    report::Behavior::Exec => Kind::Exec,
-                    report::Behavior::Protocol => Kind::Protocol,
-                    report::Behavior::Dns => Kind::Dns,
-                },
-                enforced: f.enforced,
-                decision: match f.decision {
-                    Some(report::Decision::Denied) => Decision::Denied,
-                    Some(report::Decision::DefaultDenied) => Decision::DefaultDenied,
-                    None => Decision::Unexpected,
-                },
-            })
-            .collect();
+        let findings = self.reporter.findings(vec![e]);
         Observed {
             refused: kernel.map(KernelVerdict::refused),
             findings,
@@ -454,14 +385,7 @@ pub fn check(system: &System, policies: &[Policy], event: &Event) -> Option<Disa
     let want = model::decide_in(&system.cluster, policies, event);
     let got = system.observe(event, &want);
     let refused_differs = got.refused.is_some_and(|r| r != want.refused);
-    let reported: BTreeSet<Finding> = want
-        .findings
-        .iter()
-        .map(|f| Finding {
-            decision: f.decision.reported(),
-            ..f.clone()
-        })
-        .collect();
+    let reported = crate::reporting::reported(&want);
     (refused_differs || got.findings != reported).then(|| Disagreement {
         event: event.clone(),
         model: want,
