@@ -59,6 +59,9 @@ fn start_daemon(cluster: &LocalCluster, node: &str, pod: &HostPod, metrics: &str
     let pins = pod.pins();
     Daemon::start(
         &[
+            // The data source is a loopback server (internal: refused unless allowed).
+            "--data-http-allow",
+            "127.0.0.0/8",
             "--metrics-addr",
             metrics,
             "--status-interval",

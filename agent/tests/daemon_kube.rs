@@ -284,6 +284,9 @@ spec:
     let dir = tempdir();
     let mut daemon = Daemon::start(
         &[
+            // The data source is a loopback server (internal: refused unless allowed).
+            "--data-http-allow",
+            "127.0.0.0/8",
             "--metrics-addr",
             "",
             "--status-interval",

@@ -18,10 +18,12 @@
 //! apiVersion and resource name (no discovery, no kind needed), the body
 //! read up to the size limit. `http.get` uses hyper's client over rustls
 //! with the system's roots, the stack the kube client already links;
-//! redirects are not followed, and link-local destinations (the cloud
-//! metadata endpoints, 169.254.0.0/16 and fe80::/10) are refused, whether
-//! named by address or resolved from a name.
+//! redirects are not followed, and every destination address, named in the
+//! URL or resolved from a name, must pass the [`DataGuard`]: never cloud
+//! metadata or link-local, node and cluster-internal ranges only where the
+//! operator allowed them (see [`super::data_guard`]).
 
+use super::data_guard::DataGuard;
 use futures::AsyncReadExt as _;
 use http_body_util::{BodyExt as _, Empty, Limited};
 use hyper::body::Bytes;
@@ -75,19 +77,25 @@ pub struct DataReady {
 /// docs.
 pub struct Fetcher {
     client: kube::Client,
-    http:
-        Option<HttpClient<hyper_rustls::HttpsConnector<HttpConnector<NoLinkLocal>>, Empty<Bytes>>>,
+    http: Option<HttpClient<hyper_rustls::HttpsConnector<HttpConnector<Guarded>>, Empty<Bytes>>>,
+    guard: Arc<DataGuard>,
     http_error: Option<String>,
     ready: mpsc::UnboundedSender<DataReady>,
     inflight: Mutex<HashMap<String, AbortHandle>>,
 }
 
 impl Fetcher {
-    /// A fetcher using `client` for `resource.*`, answering on `ready`.
-    /// Without the system's CA roots, `http.get` fails each fetch with the
-    /// reason (and `resource.*` still work).
-    pub fn new(client: kube::Client, ready: mpsc::UnboundedSender<DataReady>) -> Arc<Self> {
-        let (http, http_error) = match https_client() {
+    /// A fetcher using `client` for `resource.*`, answering on `ready`;
+    /// `http.get` connects only where `guard` lets it. Without the
+    /// system's CA roots, `http.get` fails each fetch with the reason (and
+    /// `resource.*` still work).
+    pub fn new(
+        client: kube::Client,
+        ready: mpsc::UnboundedSender<DataReady>,
+        guard: DataGuard,
+    ) -> Arc<Self> {
+        let guard = Arc::new(guard);
+        let (http, http_error) = match https_client(guard.clone()) {
             Ok(c) => (Some(c), None),
             Err(e) => {
                 tracing::warn!(error = %e, "http.get data sources are unavailable");
@@ -97,6 +105,7 @@ impl Fetcher {
         Arc::new(Fetcher {
             client,
             http,
+            guard,
             http_error,
             ready,
             inflight: Mutex::new(HashMap::new()),
@@ -232,15 +241,13 @@ impl Fetcher {
                 .unwrap_or_else(|| "no HTTP client".into()));
         };
         let uri: hyper::Uri = url.parse().map_err(|e| format!("bad URL: {e}"))?;
+        // An address in the URL is connected to without the resolver (the
+        // connector parses it), so it is checked here.
         if let Some(ip) = uri
             .host()
             .and_then(|h| h.trim_matches(['[', ']']).parse::<IpAddr>().ok())
         {
-            if link_local(ip) {
-                return Err(format!(
-                    "{ip} is link-local (cloud metadata endpoints are refused)"
-                ));
-            }
+            self.guard.check(ip)?;
         }
         let response = client
             .get(uri)
@@ -277,13 +284,6 @@ fn collection(source: &DataSource, resource: &str, namespace: &str) -> String {
     }
 }
 
-fn link_local(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => v4.is_link_local(),
-        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
-    }
-}
-
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut cur = e.source();
@@ -295,11 +295,14 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-fn https_client() -> Result<
-    HttpClient<hyper_rustls::HttpsConnector<HttpConnector<NoLinkLocal>>, Empty<Bytes>>,
-    String,
-> {
-    let mut http = HttpConnector::new_with_resolver(NoLinkLocal(GaiResolver::new()));
+fn https_client(
+    guard: Arc<DataGuard>,
+) -> Result<HttpClient<hyper_rustls::HttpsConnector<HttpConnector<Guarded>>, Empty<Bytes>>, String>
+{
+    let mut http = HttpConnector::new_with_resolver(Guarded {
+        resolver: GaiResolver::new(),
+        guard,
+    });
     http.enforce_http(false);
     http.set_connect_timeout(Some(FETCH_TIMEOUT));
     let https = hyper_rustls::HttpsConnectorBuilder::new()
@@ -311,32 +314,150 @@ fn https_client() -> Result<
     Ok(HttpClient::builder(hyper_util::rt::TokioExecutor::new()).build(https))
 }
 
-/// The system resolver, with link-local addresses removed from every
-/// answer (a name resolving only to one fails to connect).
+/// The system resolver, with the addresses the guard refuses removed from
+/// every answer: the connector connects only to what is left (a name
+/// resolving to none left fails, saying why).
 #[derive(Clone)]
-struct NoLinkLocal(GaiResolver);
+struct Guarded {
+    resolver: GaiResolver,
+    guard: Arc<DataGuard>,
+}
 
 type Addrs = std::vec::IntoIter<SocketAddr>;
 
-impl tower_service::Service<Name> for NoLinkLocal {
+impl tower_service::Service<Name> for Guarded {
     type Response = Addrs;
     type Error = std::io::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Addrs, std::io::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
+        self.resolver.poll_ready(cx)
     }
 
     fn call(&mut self, name: Name) -> Self::Future {
-        let resolving = self.0.call(name);
+        let resolving = self.resolver.call(name);
+        let guard = self.guard.clone();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> = resolving.await?.filter(|a| !link_local(a.ip())).collect();
+            let mut refused = Vec::new();
+            let addrs: Vec<SocketAddr> = resolving
+                .await?
+                .filter(|a| match guard.check(a.ip()) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        refused.push(why);
+                        false
+                    }
+                })
+                .collect();
             if addrs.is_empty() {
-                return Err(std::io::Error::other(
-                    "no usable address (link-local addresses, the cloud metadata endpoints, are refused)",
-                ));
+                return Err(std::io::Error::other(format!(
+                    "no address it resolves to may be fetched: {}",
+                    refused.join("; ")
+                )));
             }
             Ok(addrs.into_iter())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use kyverno_runtime_bpf::egress::Prefix;
+    use std::io::{Read as _, Write as _};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A loopback HTTP server answering `{}` to every request; counts the
+    /// connections it accepted.
+    fn server() -> (u16, Arc<AtomicUsize>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().map_while(Result::ok) {
+                count.fetch_add(1, Ordering::SeqCst);
+                let mut buf = [0u8; 1024];
+                let _ = conn.read(&mut buf);
+                let _ = conn.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+                );
+            }
+        });
+        (port, accepted)
+    }
+
+    /// What fetching each URL gives with `allow`, on a runtime of its own.
+    fn fetch_all(allow: &[&str], urls: &[String]) -> Vec<Result<(), String>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // Never used: `http.get` only.
+            let client =
+                kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                    .unwrap();
+            let (tx, _rx) = mpsc::unbounded_channel();
+            let guard =
+                DataGuard::new(allow.iter().map(|p| p.parse::<Prefix>().unwrap()).collect());
+            let fetcher = Fetcher::new(client, tx, guard);
+            let mut out = Vec::new();
+            for url in urls {
+                let source = DataSource::HttpGet { url: url.clone() };
+                out.push(fetcher.fetch(&source).await.map(|_| ()));
+            }
+            out
+        })
+    }
+
+    #[test]
+    fn http_get_reaches_an_internal_address_only_when_allowed_in_any_form() {
+        let (port, accepted) = server();
+        let urls: Vec<String> = [
+            format!("http://127.0.0.1:{port}/"),
+            // The same loopback address as IPv4-mapped IPv6: the connector
+            // would reach the IPv4 listener.
+            format!("http://[::ffff:127.0.0.1]:{port}/"),
+            // Forms the system resolver reads as 127.0.0.1.
+            format!("http://localhost:{port}/"),
+            format!("http://2130706433:{port}/"),
+            format!("http://0177.0.0.1:{port}/"),
+        ]
+        .into();
+        for (url, got) in urls.iter().zip(fetch_all(&[], &urls)) {
+            let why = got.expect_err(url);
+            assert!(why.contains("loopback"), "{url}: {why}");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 0, "nothing connected");
+
+        // Allowed: each form reaches the server.
+        for (url, got) in urls
+            .iter()
+            .zip(fetch_all(&["127.0.0.0/8", "::1/128"], &urls))
+        {
+            assert_eq!(got, Ok(()), "{url}");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), urls.len());
+    }
+
+    #[test]
+    fn http_get_never_reaches_a_metadata_address_even_when_everything_is_allowed() {
+        let urls: Vec<String> = [
+            "http://169.254.169.254/latest/meta-data/",
+            "http://[::ffff:169.254.169.254]/latest/meta-data/",
+            "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/",
+            "http://[fd00:ec2::254]/latest/meta-data/",
+            "http://100.100.100.200/latest/meta-data/",
+            // The decimal form, read by the resolver.
+            "http://2852039166/latest/meta-data/",
+        ]
+        .map(str::to_owned)
+        .into();
+        for (url, got) in urls.iter().zip(fetch_all(&["0.0.0.0/0", "::/0"], &urls)) {
+            let why = got.expect_err(url);
+            assert!(why.contains("never fetched"), "{url}: {why}");
+        }
     }
 }

@@ -29,6 +29,7 @@
 
 pub(crate) mod convert;
 mod data;
+mod data_guard;
 mod engine;
 mod resolve;
 mod services;
@@ -65,6 +66,13 @@ use watches::lock;
 
 pub use convert::parse_duration;
 
+/// A `--data-http-allow` prefix: an address or CIDR.
+fn parse_prefix(s: &str) -> Result<kyverno_runtime_bpf::egress::Prefix, String> {
+    s.trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not an address or CIDR: {e}"))
+}
+
 /// Flags of `kyverno-runtime daemon`; each has an environment variable.
 #[derive(Debug, Args)]
 pub struct DaemonArgs {
@@ -93,6 +101,12 @@ pub struct DaemonArgs {
     /// records none.
     #[arg(long, env = "KRT_DENIAL_RECORDS_PER_SECOND", default_value_t = 50)]
     pub denial_records_per_second: u32,
+    /// Node and cluster-internal prefixes (loopback, private, shared,
+    /// unique local) `http.get` data sources may fetch from, comma-separated
+    /// or repeated; none by default. Link-local and cloud metadata
+    /// addresses are never fetched.
+    #[arg(long, env = "KRT_DATA_HTTP_ALLOW", value_delimiter = ',', value_parser = parse_prefix)]
+    pub data_http_allow: Vec<kyverno_runtime_bpf::egress::Prefix>,
     /// Events the event plane holds before it drops the newest (counted
     /// as buffer_full).
     #[arg(long, env = "KRT_EVENT_BUFFER", default_value_t = 65_536)]
@@ -766,7 +780,8 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         // Data sources are fetched on their own tasks and handed to the
         // engine through the watch loop.
         let (data_tx, data_rx) = tokio::sync::mpsc::unbounded_channel();
-        watches::lock(&engine).set_fetcher(data::Fetcher::new(client.clone(), data_tx));
+        let guard = data_guard::DataGuard::new(args.data_http_allow.clone());
+        watches::lock(&engine).set_fetcher(data::Fetcher::new(client.clone(), data_tx, guard));
         let watches = watches::Watches {
             client: client.clone(),
             node: args.node_name.clone(),
