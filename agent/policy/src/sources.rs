@@ -319,8 +319,12 @@ pub(crate) fn source(function: &str, args: &[String]) -> Result<DataSource, Stri
                 });
             }
             let name = arg(3);
-            if name.is_empty() || name.len() > 253 || name.contains('/') {
-                return Err(format!("name {name:?} is not an object name"));
+            if !is_object_name(&name) {
+                return Err(format!(
+                    "name {name:?} is not an object name (lowercase letters, digits, '-', '.' \
+                     and ':', at most 253, starting and ending with a letter or digit): it \
+                     goes into the request path"
+                ));
             }
             Ok(DataSource::ResourceGet {
                 api_version,
@@ -331,6 +335,22 @@ pub(crate) fn source(function: &str, args: &[String]) -> Result<DataSource, Stri
         }
         other => Err(format!("{other} is not a data source")),
     }
+}
+
+/// A DNS-1123 subdomain (what most objects are named), or with `:` as
+/// RBAC objects' names have (`system:node`). Nothing that could change the
+/// request the name is put into: no `/`, `?`, `#`, `%` (an escape), space
+/// or `..`.
+fn is_object_name(s: &str) -> bool {
+    let edge = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.' | b':')
+        })
+        && edge(s.bytes().next())
+        && edge(s.bytes().last())
+        && !s.contains("..")
 }
 
 fn is_dns_label(s: &str) -> bool {

@@ -283,6 +283,49 @@ behaviors:
 }
 
 #[test]
+fn an_object_name_that_would_change_the_request_is_refused() {
+    // Each would put a query, a fragment, an escape (`%2F`: a
+    // subresource) or a path step into the GET the daemon sends.
+    let names = [
+        "x?watch=true",
+        "x#frag",
+        "x%2Fstatus",
+        "x/status",
+        "..",
+        "a..b",
+        "X",
+        "x ",
+        "-x",
+    ];
+    let behaviors: Vec<String> = names
+        .iter()
+        .map(|n| {
+            format!(
+                "  - open: {{deny: {{expression: \"resource.get('v1', 'configmaps', 'default', '{n}').data.p.split(',')\"}}}}"
+            )
+        })
+        .collect();
+    let errs = refusals(&format!("behaviors:\n{}\n", behaviors.join("\n")));
+    assert_eq!(errs.len(), names.len(), "{errs:#?}");
+    for (i, (e, n)) in errs.iter().zip(names).enumerate() {
+        assert!(
+            e.starts_with(&format!(
+                "spec.behaviors[{i}].open.deny.expression: resource.get: name {n:?} is not an object name"
+            )),
+            "{e}"
+        );
+    }
+    // Object names as Kubernetes has them, RBAC's colon included.
+    compile(
+        r#"
+behaviors:
+  - open: {deny: {expression: "resource.get('v1', 'configmaps', 'default', 'deny-list.v2').data.p.split(',')"}}
+  - open: {deny: {expression: "resource.get('rbac.authorization.k8s.io/v1', 'clusterroles', '', 'system:node').rules.map(r, string(r))"}}
+"#,
+    );
+}
+
+#[test]
 fn more_sources_than_the_limit_are_refused() {
     let many: Vec<String> = (0..=MAX_SOURCES)
         .map(|i| format!("- open: {{deny: {{expression: \"http.get('http://127.0.0.1:1/{i}').body.map(x, string(x))\"}}}}"))
