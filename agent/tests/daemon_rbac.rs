@@ -669,3 +669,62 @@ fn the_chart_role_is_exactly_enough() {
         .kubectl_ok(&["delete", "rpol", "rbac-policy"])
         .unwrap();
 }
+
+/// The example RBAC (examples/rbac/runtimepolicy-writers.yaml, issue 37)
+/// keeps writing RuntimePolicies with its writers' group: as the API
+/// server authorizes it, a reader lists but cannot create, and neither
+/// can a namespace admin or anyone bound to the built-in `admin`
+/// ClusterRole (the CRD aggregates into no built-in role).
+#[test]
+fn the_example_rbac_keeps_writing_policies_with_cluster_admins_and_its_group() {
+    let cluster = cluster();
+    let example = root().join("examples/rbac/runtimepolicy-writers.yaml");
+    cluster
+        .kubectl_ok(&["apply", "-f", example.to_str().unwrap()])
+        .unwrap();
+    cluster
+        .kubectl_ok(&[
+            "create",
+            "clusterrolebinding",
+            "rbac-example-builtin-admin",
+            "--clusterrole=admin",
+            "--user=ns-admin",
+        ])
+        .ok();
+    let can = |verb: &str, user: &str, group: Option<&str>| -> bool {
+        let mut args = vec![
+            "auth",
+            "can-i",
+            verb,
+            "runtimepolicies.runtime.nirmata.io",
+            "--as",
+            user,
+        ];
+        if let Some(g) = group {
+            args.extend(["--as-group", g]);
+        }
+        let out = cluster.kubectl_output(&args).unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(said == "yes" || said == "no", "can-i said {said:?}");
+        said == "yes"
+    };
+    let rows = [
+        ("create", "alice", Some("runtime-policy-admins"), true),
+        ("delete", "alice", Some("runtime-policy-admins"), true),
+        ("list", "rita", Some("runtime-policy-readers"), true),
+        ("create", "rita", Some("runtime-policy-readers"), false),
+        ("create", "ns-admin", None, false),
+        ("create", "nobody", Some("system:authenticated"), false),
+    ];
+    for (verb, user, group, want) in rows {
+        let got = can(verb, user, group);
+        println!("can-i {verb} runtimepolicies as {user} ({group:?}): {got}");
+        assert_eq!(got, want, "{verb} as {user} in {group:?}");
+    }
+    cluster
+        .kubectl_ok(&["delete", "-f", example.to_str().unwrap()])
+        .unwrap();
+    cluster
+        .kubectl_ok(&["delete", "clusterrolebinding", "rbac-example-builtin-admin"])
+        .unwrap();
+}

@@ -424,3 +424,39 @@ fn admission_refusals_and_compiler_errors_both_show() {
         "{out}"
     );
 }
+
+/// An enforce policy whose namespaces include kube-system is told that it
+/// does not enforce there (the chart's protection, docs/threat-model.md);
+/// still accepted. A monitor policy, or one selecting other namespaces,
+/// is not.
+#[test]
+fn an_enforce_policy_selecting_kube_system_is_warned_of_protection() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = |name: &str, mode: &str, namespaces: &str| {
+        let file = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: {name}\nspec:\n  mode: {mode}\n  podSelector: {{matchLabels: {{app: web}}}}\n{namespaces}  behaviors:\n  - exec: {{deny: {{values: [/bin/sh]}}}}\n"
+            ),
+        )
+        .unwrap();
+        file
+    };
+    let warning = "warning: spec.namespaceSelector: selects kube-system";
+    let (ok, out) = check(&[&policy("everywhere", "enforce", "")]);
+    assert!(ok, "{out}");
+    assert!(out.contains(warning), "{out}");
+    for file in [
+        policy("watching", "monitor", ""),
+        policy(
+            "shop",
+            "enforce",
+            "  namespaceSelector: {matchLabels: {team: shop}}\n",
+        ),
+    ] {
+        let (ok, out) = check(&[&file]);
+        assert!(ok, "{out}");
+        assert!(!out.contains(warning), "{out}");
+    }
+}

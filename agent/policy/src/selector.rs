@@ -98,6 +98,9 @@ enum Op {
     DoesNotExist,
 }
 
+/// The label the API server sets on every namespace to its name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
 /// One compiled requirement: a key and what its label must be.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Requirement {
@@ -370,6 +373,28 @@ impl PodTarget {
         }
     }
 
+    /// This target without the pods of the namespaces `names`, by the
+    /// label the API server puts on every namespace
+    /// ([`NAMESPACE_NAME_LABEL`]; callers must give a pod's namespace
+    /// labels with it).
+    pub fn excluding_namespaces(mut self, names: &BTreeSet<String>) -> Self {
+        if let (Some(ns), false) = (&mut self.namespace, names.is_empty()) {
+            ns.requirements.push(Requirement {
+                key: NAMESPACE_NAME_LABEL.to_owned(),
+                op: Op::NotIn(names.clone()),
+            });
+        }
+        self
+    }
+
+    /// Whether the namespace half selects a namespace with
+    /// `namespace_labels` (some of its pods may then be selected).
+    pub fn namespace_selects(&self, namespace_labels: &BTreeMap<String, String>) -> bool {
+        self.namespace
+            .as_ref()
+            .is_some_and(|s| s.matches(namespace_labels))
+    }
+
     /// Whether a pod with `pod_labels`, in a namespace with
     /// `namespace_labels`, is selected: both halves must match.
     pub fn matches(
@@ -418,6 +443,25 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    #[test]
+    fn a_target_excluding_namespaces_leaves_their_pods_by_the_name_label() {
+        let web = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+        let ns = |name: &str| BTreeMap::from([(NAMESPACE_NAME_LABEL.to_owned(), name.to_owned())]);
+        let protected: BTreeSet<String> = ["kube-system".to_owned()].into();
+        let t = PodTarget::everything().excluding_namespaces(&protected);
+        assert!(!t.matches(&ns("kube-system"), &web));
+        assert!(t.matches(&ns("shop"), &web));
+        // Nothing excluded: the same target.
+        assert_eq!(
+            PodTarget::everything().excluding_namespaces(&BTreeSet::new()),
+            PodTarget::everything()
+        );
+        // A target matching nothing still matches nothing.
+        assert!(!PodTarget::nothing()
+            .excluding_namespaces(&protected)
+            .matches(&ns("shop"), &web));
+    }
     use rstest::rstest;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -23,7 +23,7 @@
 use crate::daemon::convert;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use kyverno_runtime_api::runtimepolicy::RuntimePolicySpec;
+use kyverno_runtime_api::runtimepolicy::{RuntimePolicyMode, RuntimePolicySpec};
 use kyverno_runtime_enforce::egress::{compile_network, NameContext};
 use kyverno_runtime_enforce::names::ServiceAddresses;
 use kyverno_runtime_enforce::openexec::{compile_paths, Mode};
@@ -31,10 +31,12 @@ use kyverno_runtime_policy::admission::Admission;
 use kyverno_runtime_policy::cel::eval::{shared_policy_context, RUNTIME_COST_BUDGET};
 use kyverno_runtime_policy::compile::CompiledPolicy;
 use kyverno_runtime_policy::rule::BehaviorLists;
+use kyverno_runtime_policy::selector::NAMESPACE_NAME_LABEL;
 use kyverno_runtime_policy::sources::{DataFile, DataSet};
 use kyverno_runtime_policy::values::{
     parse_dns, parse_protocol, printable, BehaviorKind, ValueError,
 };
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -288,6 +290,19 @@ fn compile_and_evaluate(spec: &RuntimePolicySpec, data: &DataSet) -> (String, Ou
             return (out, Outcome::Refused);
         }
     };
+    // The chart's default protected namespace (docs/threat-model.md): an
+    // enforce policy whose namespaces include it does not enforce there.
+    if mode == RuntimePolicyMode::Enforce {
+        let kube_system =
+            BTreeMap::from([(NAMESPACE_NAME_LABEL.to_owned(), "kube-system".to_owned())]);
+        if compiled.target.namespace_selects(&kube_system) {
+            let _ = writeln!(
+                out,
+                "  warning: spec.namespaceSelector: selects kube-system, whose pods enforce \
+                 policies do not enforce on (the chart's daemon.protection)"
+            );
+        }
+    }
     let mut missing = false;
     for source in compiled.sources() {
         let state = match data.get(source) {

@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub const TEST_FILE: &str = "kyverno-runtime-test.yaml";
 
 /// The label the API server gives every namespace.
-const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+use kyverno_runtime_policy::selector::NAMESPACE_NAME_LABEL;
 
 /// A test file.
 #[derive(Debug, Deserialize)]

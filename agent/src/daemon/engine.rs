@@ -37,6 +37,7 @@ use kyverno_runtime_metrics::{DropReason, Metrics};
 use kyverno_runtime_plane::SourceState;
 use kyverno_runtime_policy::compile::EvaluationResult;
 use kyverno_runtime_policy::rule::BehaviorLists;
+use kyverno_runtime_policy::selector::{PodTarget, NAMESPACE_NAME_LABEL};
 use kyverno_runtime_policy::values::BehaviorKind;
 use kyverno_runtime_report::{Finding, ReporterHandle};
 use kyverno_runtime_status::{types, NodeReport, Reports};
@@ -177,6 +178,9 @@ pub struct Engine {
     /// Fetches policies' data sources (`None`: no data, so a policy
     /// reading one fails to evaluate, saying so).
     fetcher: Option<Arc<Fetcher>>,
+    /// Namespaces whose pods enforce policies never enforce (the daemon's
+    /// own, the cluster's control pods; see [`Engine::set_protected_namespaces`]).
+    protected: BTreeSet<String>,
 }
 
 #[derive(Default)]
@@ -258,8 +262,34 @@ impl Engine {
             snoop_seen: SnoopStats::default(),
             losses: observe::Losses::default(),
             fetcher: None,
+            protected: BTreeSet::new(),
         }
         .with_loss_baselines()
+    }
+
+    /// Enforce policies never enforce on the pods of `namespaces` (issue
+    /// 37: one policy must not cut the daemon off the API server, or stop
+    /// the cluster's control pods); a policy selecting such pods says so
+    /// in its shard. Monitor policies observe them as any other. Empty:
+    /// none protected (the operator opted in).
+    pub fn set_protected_namespaces(&mut self, namespaces: BTreeSet<String>) {
+        self.protected = namespaces;
+        let names: Vec<String> = self.policies.keys().cloned().collect();
+        for name in names {
+            self.program(&name);
+        }
+        self.refresh_reports();
+    }
+
+    /// The pods `target` selects in the protected namespaces, as
+    /// `namespace/name`.
+    fn protected_pods(&self, target: &PodTarget) -> Vec<String> {
+        self.pods
+            .values()
+            .filter(|pod| self.protected.contains(&pod.namespace))
+            .filter(|pod| target.matches(&self.namespace_labels(&pod.namespace), &pod.labels))
+            .map(|pod| format!("{}/{}", pod.namespace, pod.name))
+            .collect()
     }
 
     /// Fetches data sources with `fetcher` from now on.
@@ -459,7 +489,13 @@ impl Engine {
     /// no labels; the daemon syncs namespaces before pods, so this only
     /// covers a namespace created after its first pod was seen.
     fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
-        self.namespaces.get(namespace).cloned().unwrap_or_default()
+        let mut labels = self.namespaces.get(namespace).cloned().unwrap_or_default();
+        // What the API server sets on every namespace, for a namespace not
+        // delivered yet too: what protection selects by.
+        labels
+            .entry(NAMESPACE_NAME_LABEL.to_owned())
+            .or_insert_with(|| namespace.to_owned());
+        labels
     }
 
     fn update_unresolved_metric(&self) {
@@ -715,6 +751,22 @@ impl Engine {
                 "network: Services without addresses yet (they resolve once they have some): {}",
                 unresolved.join(", ")
             ));
+        }
+        // Not a gap either: protection the operator chose.
+        if let (Some(RuntimePolicyMode::Enforce), Some(target)) = (p.mode, p.target()) {
+            let protected = self.protected_pods(target);
+            if let Some(first) = protected.first() {
+                missing.push(format!(
+                    "{} selected pod(s) in protected namespaces are not enforced (first: {first}; \
+                     protected: {}; the daemon's --protected-namespaces)",
+                    protected.len(),
+                    self.protected
+                        .iter()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
         }
         if !missing.is_empty() {
             shard.message = Some(missing.join("; "));

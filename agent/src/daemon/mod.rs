@@ -66,6 +66,20 @@ use watches::lock;
 
 pub use convert::parse_duration;
 
+/// The namespaces enforce policies leave alone: `--protected-namespaces`
+/// and the daemon's own, unless `--enforce-protected-namespaces`.
+fn protected_namespaces(args: &DaemonArgs) -> std::collections::BTreeSet<String> {
+    if args.enforce_protected_namespaces {
+        return std::collections::BTreeSet::new();
+    }
+    args.protected_namespaces
+        .iter()
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .chain(args.pod_namespace.clone())
+        .collect()
+}
+
 /// A `--data-http-allow` prefix: an address or CIDR.
 fn parse_prefix(s: &str) -> Result<kyverno_runtime_bpf::egress::Prefix, String> {
     s.trim()
@@ -107,6 +121,22 @@ pub struct DaemonArgs {
     /// addresses are never fetched.
     #[arg(long, env = "KRT_DATA_HTTP_ALLOW", value_delimiter = ',', value_parser = parse_prefix)]
     pub data_http_allow: Vec<kyverno_runtime_bpf::egress::Prefix>,
+    /// Namespaces whose pods no enforce policy enforces on, comma-separated
+    /// or repeated (the daemon's own namespace, `--pod-namespace`, is
+    /// always one): a policy selecting their pods says so in its status,
+    /// and monitor policies still observe them.
+    #[arg(
+        long,
+        env = "KRT_PROTECTED_NAMESPACES",
+        value_delimiter = ',',
+        default_value = "kube-system"
+    )]
+    pub protected_namespaces: Vec<String>,
+    /// Enforce on the protected namespaces' pods too (the operator's
+    /// explicit choice: one policy can then cut every node's daemon off
+    /// the API server, or stop the cluster's control pods).
+    #[arg(long, env = "KRT_ENFORCE_PROTECTED_NAMESPACES")]
+    pub enforce_protected_namespaces: bool,
     /// Events the event plane holds before it drops the newest (counted
     /// as buffer_full).
     #[arg(long, env = "KRT_EVENT_BUFFER", default_value_t = 65_536)]
@@ -782,6 +812,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         let (data_tx, data_rx) = tokio::sync::mpsc::unbounded_channel();
         let guard = data_guard::DataGuard::new(args.data_http_allow.clone());
         watches::lock(&engine).set_fetcher(data::Fetcher::new(client.clone(), data_tx, guard));
+        watches::lock(&engine).set_protected_namespaces(protected_namespaces(&args));
         let watches = watches::Watches {
             client: client.clone(),
             node: args.node_name.clone(),

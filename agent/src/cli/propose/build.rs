@@ -47,7 +47,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The label the API server gives every namespace: what the proposal's
 /// namespaceSelector matches.
-pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+pub use kyverno_runtime_policy::selector::NAMESPACE_NAME_LABEL;
 
 /// The widest IPv4 prefix `--aggregate-ipv4` may ask for.
 pub const WIDEST_IPV4_PREFIX: u8 = 16;

@@ -440,7 +440,7 @@ impl Engine {
 
     /// Programs every manager from what is in force for a policy, under
     /// its spec's mode.
-    fn program(&mut self, name: &str) {
+    pub(super) fn program(&mut self, name: &str) {
         let Some(state) = self.policies.get(name) else {
             return;
         };
@@ -453,6 +453,13 @@ impl Engine {
         };
         let Some(mode) = kernel_mode(state.mode) else {
             return;
+        };
+        // The protected namespaces' pods are no enforce policy's.
+        let target = match mode {
+            kyverno_runtime_enforce::openexec::Mode::Enforce => {
+                target.excluding_namespaces(&self.protected)
+            }
+            kyverno_runtime_enforce::openexec::Mode::Monitor => target,
         };
         let uid = state.uid.clone();
         let Ok(id) = PolicyId::new(uid.clone()) else {

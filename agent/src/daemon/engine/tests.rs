@@ -123,6 +123,41 @@ fn pods_matched_follows_pods_and_namespace_relabels() {
 }
 
 #[test]
+fn an_enforce_policy_selecting_protected_pods_says_it_does_not_enforce_them() {
+    let (mut e, reports, _dir) = engine();
+    e.set_protected_namespaces(["kube-system".to_owned(), "krt".to_owned()].into());
+    let everywhere = |mode: &str| {
+        serde_json::json!({"mode": mode, "podSelector": {},
+        "behaviors": [{"exec": {"deny": {"values": ["/bin/sh"]}}}]})
+    };
+    e.apply_policy(&policy("enf", 1, everywhere("enforce")));
+    e.apply_policy(&policy("mon", 1, everywhere("monitor")));
+    // No namespace object delivered: the name label still protects it.
+    e.apply_pod(&pod("kube-system", "coredns-1", &[("k8s-app", "kube-dns")]));
+    e.apply_pod(&pod("shop", "web", &[("app", "web")]));
+    let message = report(&reports, "enf").shard.message.unwrap_or_default();
+    assert!(
+        message.contains(
+            "1 selected pod(s) in protected namespaces are not enforced (first: \
+             kube-system/coredns-1; protected: krt, kube-system"
+        ),
+        "{message}"
+    );
+    assert!(
+        !report(&reports, "mon")
+            .shard
+            .message
+            .unwrap_or_default()
+            .contains("protected"),
+        "monitor policies observe protected pods as any other"
+    );
+    // The operator opted in: nothing is said.
+    e.set_protected_namespaces(BTreeSet::new());
+    let message = report(&reports, "enf").shard.message.unwrap_or_default();
+    assert!(!message.contains("protected"), "{message}");
+}
+
+#[test]
 fn a_policy_reading_data_with_nothing_to_fetch_it_says_it_needs_live_data() {
     let (mut e, reports, _dir) = engine();
     e.apply_policy(&policy(
