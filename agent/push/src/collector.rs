@@ -8,7 +8,11 @@
 //! behind the same TLS listener.
 //!
 //! Every connection must present a client certificate that chains to the
-//! CA file; there is no plaintext mode. Handshakes run in tasks of their
+//! CA file; there is no plaintext mode. With
+//! [`Collector::bind_node_identity`], each finding must also come from a
+//! certificate that names its node (a DNS name of its subject alternative
+//! names, matched as webpki matches a server's), so one node cannot report
+//! for another. Handshakes run in tasks of their
 //! own, each bounded, so a client that connects and says nothing holds up
 //! nobody. On shutdown the collector stops accepting, lets open streams
 //! finish for [`SHUTDOWN_GRACE`] (a daemon closes its streams often, see
@@ -20,6 +24,7 @@ use crate::proto::finding_collector_server::{FindingCollector, FindingCollectorS
 use crate::proto::{self, Ack};
 use crate::tls::Identity;
 use crate::wire::{CollectedFinding, ReceivedFinding};
+use rustls::pki_types::{CertificateDer, ServerName};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -69,6 +74,7 @@ pub struct Collector {
     listener: TcpListener,
     acceptor: TlsAcceptor,
     local_addr: SocketAddr,
+    bind_node_identity: bool,
 }
 
 impl std::fmt::Debug for Collector {
@@ -94,7 +100,17 @@ impl Collector {
             listener,
             acceptor: TlsAcceptor::from(Arc::new(config)),
             local_addr,
+            bind_node_identity: false,
         })
+    }
+
+    /// Accepts a finding only from a client certificate that names its
+    /// node (see the [module docs](self)): needs a certificate per node;
+    /// a stream with another node's finding is refused
+    /// (`PERMISSION_DENIED`, logged) at that finding.
+    pub fn bind_node_identity(mut self, on: bool) -> Self {
+        self.bind_node_identity = on;
+        self
     }
 
     /// The address it listens on.
@@ -117,6 +133,7 @@ impl Collector {
         let service = JsonLines {
             out: Arc::new(tokio::sync::Mutex::new(out)),
             failure: failure.clone(),
+            bind_node_identity: self.bind_node_identity,
         };
         let stop = async {
             tokio::select! {
@@ -250,11 +267,20 @@ async fn accept_loop(
         tokio::spawn(async move {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => {
+                    let certificate = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|c| Arc::new(c.clone().into_owned()));
                     let conn = ServerConn {
                         io: Abortable::new(tls, conns.track()),
-                        info: TcpConnectInfo {
-                            local_addr: Some(local_addr),
-                            remote_addr: Some(peer),
+                        info: PeerInfo {
+                            tcp: TcpConnectInfo {
+                                local_addr: Some(local_addr),
+                                remote_addr: Some(peer),
+                            },
+                            certificate,
                         },
                     };
                     let _ = tx.send(conn).await;
@@ -268,17 +294,39 @@ async fn accept_loop(
     }
 }
 
+/// Who is on the other end of a stream: its address and the client
+/// certificate it authenticated with. A service finds it in the request's
+/// extensions (`request.extensions().get::<PeerInfo>()`).
+#[derive(Clone, Debug)]
+pub struct PeerInfo {
+    /// The connection's addresses.
+    pub tcp: TcpConnectInfo,
+    /// The client's end-entity certificate (DER).
+    pub certificate: Option<Arc<CertificateDer<'static>>>,
+}
+
+impl PeerInfo {
+    /// Whether the client certificate names `node`: one of its subject
+    /// alternative names matches it as a DNS name.
+    pub fn names_node(&self, node: &str) -> bool {
+        let (Some(der), Ok(name)) = (&self.certificate, ServerName::try_from(node)) else {
+            return false;
+        };
+        webpki::EndEntityCert::try_from(der.as_ref())
+            .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+    }
+}
+
 /// An accepted, authenticated connection, in the shape tonic serves.
 struct ServerConn {
     io: Abortable<tokio_rustls::server::TlsStream<TcpStream>>,
-    info: TcpConnectInfo,
+    info: PeerInfo,
 }
 
 impl Connected for ServerConn {
-    // tonic's own type, so `Request::remote_addr` works in a service.
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = PeerInfo;
 
-    fn connect_info(&self) -> TcpConnectInfo {
+    fn connect_info(&self) -> PeerInfo {
         self.info.clone()
     }
 }
@@ -372,6 +420,7 @@ struct JsonLines<W> {
     // interleave.
     out: Arc<tokio::sync::Mutex<W>>,
     failure: Arc<OutputFailure>,
+    bind_node_identity: bool,
 }
 
 #[tonic::async_trait]
@@ -383,17 +432,29 @@ where
         &self,
         request: Request<Streaming<proto::Finding>>,
     ) -> std::result::Result<Response<Ack>, Status> {
-        let peer = request.remote_addr();
+        let info = request.extensions().get::<PeerInfo>().cloned();
+        let peer = info.as_ref().and_then(|i| i.tcp.remote_addr);
         let mut stream = request.into_inner();
         let mut received = 0u64;
         while let Some(message) = stream.message().await? {
-            let line = match ReceivedFinding::try_from(message) {
-                Ok(finding) => CollectedFinding::from(finding),
+            let finding = match ReceivedFinding::try_from(message) {
+                Ok(finding) => finding,
                 Err(e) => {
                     tracing::warn!(?peer, error = %e, "skipping a malformed finding");
                     continue;
                 }
             };
+            if self.bind_node_identity
+                && !info.as_ref().is_some_and(|i| i.names_node(&finding.node))
+            {
+                tracing::warn!(?peer, node = %finding.node, "refusing a finding for a node its client certificate does not name");
+                return Err(Status::permission_denied(format!(
+                    "the client certificate does not name node {:?}: findings are bound to \
+                     their sender's identity",
+                    finding.node
+                )));
+            }
+            let line = CollectedFinding::from(finding);
             let mut bytes = serde_json::to_vec(&line)
                 .map_err(|e| Status::internal(format!("encoding a finding as JSON: {e}")))?;
             bytes.push(b'\n');

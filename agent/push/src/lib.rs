@@ -44,7 +44,9 @@ pub mod proto {
     tonic::include_proto!("kyverno_runtime.push.v1");
 }
 
-pub use collector::{open_output, serve, Collector, ServerTls, HANDSHAKE_TIMEOUT, SHUTDOWN_GRACE};
+pub use collector::{
+    open_output, serve, Collector, PeerInfo, ServerTls, HANDSHAKE_TIMEOUT, SHUTDOWN_GRACE,
+};
 pub use error::{Error, Result, TlsFile};
 pub use queue::{DropHook, PushDrop};
 pub use sink::{PushConfig, PushHandle, PushSink};

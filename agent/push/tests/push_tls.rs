@@ -958,3 +958,122 @@ async fn a_stalled_stream_is_abandoned_and_retried() {
     assert_eq!(handle.delivered(), 0);
     sending.stop().await;
 }
+
+// ---------------------------------------------------------------- identity
+
+/// With `bind_node_identity`, a finding must come from a certificate that
+/// names its node: node-a's certificate delivers node-a's findings, and a
+/// daemon that says it is node-b with node-a's certificate gets nothing
+/// through (issue 37: one node must not report for another). Without it,
+/// the shared-certificate deployment of the chart keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finding_for_a_node_its_certificate_does_not_name_is_refused() {
+    let pki = pki();
+    let c = Collector::bind("127.0.0.1:0".parse().unwrap(), &pki.server_tls())
+        .await
+        .unwrap()
+        .bind_node_identity(true);
+    let addr = c.local_addr();
+    let out = Output::default();
+    let (stop, signal) = stop_signal();
+    let server = Running {
+        stop: Some(stop),
+        task: tokio::spawn(c.serve(out.clone(), signal)),
+    };
+
+    // node-b, with node-a's certificate.
+    let mut config = pki.config(addr);
+    config.node = "node-b".into();
+    let sink = PushSink::new(config, None).unwrap();
+    let forger = sink.handle();
+    let sending = run(sink);
+    forger.submit(finding("/usr/bin/curl"));
+    until(Duration::from_secs(10), "the refusal", || {
+        forger.failures() >= 1
+    })
+    .await;
+    let failure = forger.last_failure().unwrap();
+    eprintln!("node-b with node-a's certificate: {failure}");
+    assert!(
+        failure.contains("does not name node \"node-b\""),
+        "{failure}"
+    );
+    assert_eq!(forger.delivered(), 0);
+    sending.stop().await;
+    assert!(out.lines().is_empty(), "{:?}", out.lines());
+
+    // node-a, with its own certificate.
+    let sink = PushSink::new(pki.config(addr), None).unwrap();
+    let honest = sink.handle();
+    let sending = run(sink);
+    honest.submit(finding("/usr/bin/wget"));
+    until(Duration::from_secs(10), "node-a's line", || {
+        out.lines().len() == 1
+    })
+    .await;
+    assert_eq!(parse(&out.lines())[0].node, "node-a");
+    sending.stop().await;
+    server.stop().await.0.unwrap();
+}
+
+/// The daemon's side of TLS: a collector whose certificate another CA
+/// signed, or that names another host, gets nothing, and the sink says
+/// why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sink_refuses_a_collector_of_another_ca_or_another_name() {
+    let pki = pki();
+    let d = pki.dir.path();
+    // A collector whose certificate names another host.
+    let issuer = ca("kyverno-runtime test CA (elsewhere)");
+    let (cert, key) = leaf(
+        &issuer,
+        "collector",
+        &["collector.elsewhere.example"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let elsewhere = ServerTls {
+        ca: pki.ca.clone(),
+        cert: write(d, "elsewhere.pem", &cert),
+        key: write(d, "elsewhere-key.pem", &key),
+    };
+    let elsewhere_ca = write(d, "elsewhere-ca.pem", &issuer.pem());
+    for (what, client_ca, want) in [
+        // The sink trusts only its own CA: this collector's is another.
+        ("another CA", pki.ca.clone(), "UnknownIssuer"),
+        // The sink trusts the collector's CA, but dials 127.0.0.1, which
+        // the certificate does not name.
+        (
+            "another name",
+            elsewhere_ca.clone(),
+            "certificate not valid for name \"127.0.0.1\"",
+        ),
+    ] {
+        let c = Collector::bind("127.0.0.1:0".parse().unwrap(), &elsewhere)
+            .await
+            .unwrap();
+        let addr = c.local_addr();
+        let out = Output::default();
+        let (stop, signal) = stop_signal();
+        let server = Running {
+            stop: Some(stop),
+            task: tokio::spawn(c.serve(out.clone(), signal)),
+        };
+        let mut config = pki.config(addr);
+        config.ca = client_ca;
+        let sink = PushSink::new(config, None).unwrap();
+        let handle = sink.handle();
+        let sending = run(sink);
+        handle.submit(finding("/usr/bin/curl"));
+        until(Duration::from_secs(10), "a reported failure", || {
+            handle.failures() >= 1
+        })
+        .await;
+        let failure = handle.last_failure().unwrap();
+        eprintln!("{what}: {failure}");
+        assert!(failure.contains(want), "{what}: {failure}");
+        assert_eq!(handle.delivered(), 0, "{what}");
+        assert!(out.lines().is_empty(), "{what}: {:?}", out.lines());
+        sending.stop().await;
+        server.stop().await.0.unwrap();
+    }
+}

@@ -31,6 +31,11 @@ pub struct CollectorArgs {
     /// The collector certificate's private key (PEM).
     #[arg(long, env = "KRT_COLLECTOR_TLS_KEY", value_name = "FILE")]
     pub tls_key: PathBuf,
+    /// Accept a finding only from a client certificate that names its
+    /// node (a DNS subject alternative name): one node cannot report for
+    /// another. Needs a certificate per node, not the chart's shared one.
+    #[arg(long, env = "KRT_COLLECTOR_BIND_NODE_IDENTITY")]
+    pub bind_node_identity: bool,
     /// Where findings go, one JSON object per line: a file (created or
     /// appended to) or `-` for standard output.
     #[arg(
@@ -61,7 +66,9 @@ async fn serve(args: CollectorArgs) -> anyhow::Result<ExitCode> {
     };
     // The TLS files are checked (and named when bad) before anything
     // listens.
-    let collector = Collector::bind(args.listen, &tls).await?;
+    let collector = Collector::bind(args.listen, &tls)
+        .await?
+        .bind_node_identity(args.bind_node_identity);
     let out = open_output(&args.output).await?;
     // Installed before the address is announced, so a supervisor that
     // signals as soon as it reads the line is not too early.
