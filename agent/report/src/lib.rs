@@ -36,6 +36,7 @@
 //!   removed from the Reports holding them.
 
 mod autogen;
+mod buffer;
 mod error;
 mod finding;
 mod merge;

@@ -31,7 +31,9 @@
 //! at start for policies deleted while no daemon ran.
 //!
 //! Nothing is lost silently. The buffer is bounded (`max_buffered`
-//! distinct fingerprints); what does not fit, what has no pod to report on,
+//! distinct fingerprints) and shared fairly across pods (a flooding pod
+//! gives up its own oldest entries to another pod's new one, see
+//! `buffer.rs`); what does not fit, what has no pod to report on,
 //! and what a write could not deliver is counted in
 //! [`ReporterHandle::dropped`] and reported to the `on_drop` hook with a
 //! [`DropReason`]. A write that may succeed later keeps its findings for
@@ -51,6 +53,7 @@
 mod cleanup;
 
 use crate::autogen::Autogen;
+use crate::buffer::FindingBuffer;
 use crate::error::{is_retryable, Error, Result};
 use crate::finding::{is_dns1123_subdomain, Finding, Fingerprint};
 use crate::merge::{
@@ -72,8 +75,10 @@ use std::time::Duration;
 /// Why findings were dropped (`events_dropped_total{source="reporter",reason}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DropReason {
-    /// The buffer held `max_buffered` distinct findings already, or a
-    /// failed pod's retained findings exceeded `max_results`.
+    /// The buffer held `max_buffered` distinct findings already (the new
+    /// finding of the pod holding most, or that pod's oldest, evicted for
+    /// another pod's), or a failed pod's retained findings exceeded
+    /// `max_results`.
     BufferFull,
     /// The finding names no pod a Report can be written for.
     Unattributed,
@@ -251,7 +256,7 @@ pub struct PodOutcome {
 
 /// What the handles and the flush loop share.
 struct Shared {
-    buffer: Mutex<HashMap<Fingerprint, Finding>>,
+    buffer: Mutex<FindingBuffer>,
     /// Occurrences of buffered findings that an earlier flush handed to
     /// the `on_flush` hook already (findings kept over from a failed
     /// write). Kept only when there is such a hook, and only for findings
@@ -267,7 +272,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Fingerprint, Finding>> {
+    fn lock(&self) -> MutexGuard<'_, FindingBuffer> {
         // Every critical section is one map operation or a whole-map swap,
         // so a panic inside one cannot leave the map half-updated: use it.
         self.buffer.lock().unwrap_or_else(PoisonError::into_inner)
@@ -295,17 +300,14 @@ impl Shared {
             return;
         }
         let fingerprint = finding.fingerprint_of_redacted();
-        let full = {
-            let mut buffer = self.lock();
-            insert(&mut buffer, self.max_buffered, fingerprint, finding)
-        };
+        let full = { self.lock().insert(self.max_buffered, fingerprint, finding) };
         if full {
             self.drop_findings(DropReason::BufferFull, 1);
         }
     }
 
     fn take(&self) -> HashMap<Fingerprint, Finding> {
-        std::mem::take(&mut *self.lock())
+        self.lock().take()
     }
 
     fn lock_announced(&self) -> MutexGuard<'_, HashMap<Fingerprint, u64>> {
@@ -353,7 +355,7 @@ impl Shared {
             let mut buffer = self.lock();
             for (fingerprint, finding) in keep {
                 let count = finding.count;
-                if insert(&mut buffer, self.max_buffered, fingerprint, finding) {
+                if buffer.insert(self.max_buffered, fingerprint, finding) {
                     full += 1;
                 } else if self.track_announced {
                     kept.push((fingerprint, count));
@@ -370,24 +372,6 @@ impl Shared {
             }
         }
         self.drop_findings(DropReason::BufferFull, over_cap + full);
-    }
-}
-
-/// Folds `finding` into the buffer; `true` if it did not fit.
-fn insert(
-    buffer: &mut HashMap<Fingerprint, Finding>,
-    max: usize,
-    fingerprint: Fingerprint,
-    finding: Finding,
-) -> bool {
-    if let Some(existing) = buffer.get_mut(&fingerprint) {
-        existing.absorb(finding);
-        false
-    } else if buffer.len() >= max {
-        true
-    } else {
-        buffer.insert(fingerprint, finding);
-        false
     }
 }
 
@@ -568,7 +552,7 @@ impl Reporter {
             cleanup_spread,
             client,
             shared: Arc::new(Shared {
-                buffer: Mutex::new(HashMap::new()),
+                buffer: Mutex::new(FindingBuffer::default()),
                 announced: Mutex::new(HashMap::new()),
                 track_announced: on_flush.is_some(),
                 dropped: AtomicU64::new(0),
@@ -1061,7 +1045,7 @@ mod tests {
         let hook: DropHook = Arc::new(move |r, n| seen.lock().unwrap().push((r, n)));
         (
             Shared {
-                buffer: Mutex::new(HashMap::new()),
+                buffer: Mutex::new(FindingBuffer::default()),
                 announced: Mutex::new(HashMap::new()),
                 track_announced: false,
                 dropped: AtomicU64::new(0),
