@@ -287,6 +287,8 @@ spec:
             // The data source is a loopback server (internal: refused unless allowed).
             "--data-http-allow",
             "127.0.0.0/8",
+            // The lists are read from the log: shown (hidden by default).
+            "--show-data-values",
             "--metrics-addr",
             "",
             "--status-interval",
@@ -454,5 +456,122 @@ fn the_spec_conditions_name_rejected_values_on_every_node() {
     assert!(status.success());
     cluster
         .kubectl_ok(&["delete", "rpol", "spec-conditions"])
+        .unwrap();
+}
+
+/// A policy author cannot read through the daemon what it fetched (issue
+/// 37, finding 3): a value computed from a ConfigMap that cannot be
+/// programmed is named in the status by its field and reason but not
+/// quoted, a CEL error over the data is summarised, and the lists log line
+/// gives sizes; with `--show-data-values` the operator sees the value.
+#[test]
+fn fetched_data_is_not_quoted_into_status_errors_or_logs() {
+    const SECRET: &str = "hunter2";
+    let cluster = cluster();
+    namespace(cluster, "policy-leak", "purpose: leak");
+    apply(
+        cluster,
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: leaky\n  namespace: policy-leak\ndata:\n  env: \"DB_PASSWORD={SECRET} x,10.9.0.0/16\"\n  n: \"{SECRET}\"\n"
+        ),
+    );
+    let run = |extra: &[&str]| {
+        // Fresh objects: no status of an earlier run.
+        let _ = cluster.kubectl_output(&["delete", "rpol", "leaky", "leaky-error"]);
+        // One policy whose computed value cannot be programmed, one whose
+        // expression fails over the data.
+        apply(
+            cluster,
+            r#"apiVersion: runtime.nirmata.io/v1alpha1
+kind: RuntimePolicy
+metadata:
+  name: leaky
+spec:
+  mode: monitor
+  evaluationInterval: 2s
+  behaviors:
+  - network:
+      deny:
+        values: ["10.8.0.0/16"]
+        expression: "resource.get('v1', 'configmaps', 'policy-leak', 'leaky').data.env.split(',')"
+"#,
+        );
+        apply(
+            cluster,
+            r#"apiVersion: runtime.nirmata.io/v1alpha1
+kind: RuntimePolicy
+metadata:
+  name: leaky-error
+spec:
+  mode: monitor
+  evaluationInterval: 2s
+  behaviors:
+  - exec:
+      deny:
+        expression: "[string(int(resource.get('v1', 'configmaps', 'policy-leak', 'leaky').data.n))]"
+"#,
+        );
+        let dir = tempdir();
+        let pins = dir.path().join("pins");
+        let mut args = vec![
+            "--metrics-addr",
+            "",
+            "--status-interval",
+            "1s",
+            "--pin-dir",
+            pins.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let mut daemon = Daemon::start(
+            &args,
+            &[
+                ("NODE_NAME", "leak-node"),
+                ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+            ],
+        );
+        let status = wait_for(
+            "the refused value and the error in the status",
+            Duration::from_secs(30),
+            || {
+                let values = get_json(cluster, &["rpol", "leaky"])?["status"].to_string();
+                let error = get_json(cluster, &["rpol", "leaky-error"])?["status"].to_string();
+                (values.contains("spec.behaviors[0].network.deny")
+                    && error.contains("spec.behaviors[0].exec.deny.expression"))
+                .then(|| format!("{values}\n{error}"))
+            },
+        );
+        // The lists line comes with the first evaluation.
+        let lists = wait_line(
+            &mut daemon,
+            0,
+            &["policy=leaky", "its lists changed"],
+            Duration::from_secs(15),
+        );
+        let (s, _, log) = daemon.terminate(Duration::from_secs(15));
+        assert!(s.success(), "{}", log.join("\n"));
+        (status, lists, log.join("\n"))
+    };
+
+    let (status, lists, log) = run(&[]);
+    println!("hidden: lists line {lists}");
+    assert!(
+        !status.contains(SECRET),
+        "the status quotes fetched data: {status}"
+    );
+    assert!(!log.contains(SECRET), "the log quotes fetched data");
+    assert!(
+        status.contains("<a value computed from fetched data>"),
+        "{status}"
+    );
+    assert!(
+        status.contains("the expression failed over fetched data"),
+        "{status}"
+    );
+    assert!(lists.contains("deny 3 value(s)"), "{lists}");
+
+    let (status, _, _) = run(&["--show-data-values"]);
+    assert!(status.contains(SECRET), "opted in: {status}");
+    cluster
+        .kubectl_ok(&["delete", "rpol", "leaky", "leaky-error"])
         .unwrap();
 }

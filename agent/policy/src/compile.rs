@@ -715,6 +715,17 @@ impl CompiledPolicy {
         &self.sources.sources
     }
 
+    /// Every value the spec writes as a literal (`values:`), on any side
+    /// of any behavior: what its author wrote, as opposed to what an
+    /// expression computed.
+    pub fn literal_values(&self) -> BTreeSet<&str> {
+        self.behaviors
+            .iter()
+            .flat_map(|b| b.allow.literals.iter().chain(&b.deny.literals))
+            .map(String::as_str)
+            .collect()
+    }
+
     /// The expression fields that read `sources()[i]`.
     pub fn source_paths(&self, i: usize) -> &[String] {
         self.sources

@@ -8,6 +8,7 @@
 //! event the engine rewrites this node's report on every policy; the flush
 //! loop writes those reports on its own schedule.
 
+mod disclosure;
 mod observe;
 mod policies;
 
@@ -181,6 +182,9 @@ pub struct Engine {
     /// Namespaces whose pods enforce policies never enforce (the daemon's
     /// own, the cluster's control pods; see [`Engine::set_protected_namespaces`]).
     protected: BTreeSet<String>,
+    /// Show values computed from fetched data where operators read (see
+    /// `engine/disclosure.rs`).
+    show_data_values: bool,
 }
 
 #[derive(Default)]
@@ -263,6 +267,7 @@ impl Engine {
             losses: observe::Losses::default(),
             fetcher: None,
             protected: BTreeSet::new(),
+            show_data_values: false,
         }
         .with_loss_baselines()
     }
@@ -279,6 +284,13 @@ impl Engine {
             self.program(&name);
         }
         self.refresh_reports();
+    }
+
+    /// Shows values computed from fetched data in status, errors and logs
+    /// (the operator's opt-in; hidden by default, see
+    /// `engine/disclosure.rs`).
+    pub fn set_show_data_values(&mut self, show: bool) {
+        self.show_data_values = show;
     }
 
     /// The pods `target` selects in the protected namespaces, as

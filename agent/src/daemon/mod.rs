@@ -137,6 +137,12 @@ pub struct DaemonArgs {
     /// the API server, or stop the cluster's control pods).
     #[arg(long, env = "KRT_ENFORCE_PROTECTED_NAMESPACES")]
     pub enforce_protected_namespaces: bool,
+    /// Show the values a policy computed from fetched data in its status,
+    /// its evaluation errors and the logs. Hidden by default: a policy
+    /// author could otherwise read through the daemon what its service
+    /// account reads.
+    #[arg(long, env = "KRT_SHOW_DATA_VALUES")]
+    pub show_data_values: bool,
     /// Events the event plane holds before it drops the newest (counted
     /// as buffer_full).
     #[arg(long, env = "KRT_EVENT_BUFFER", default_value_t = 65_536)]
@@ -813,6 +819,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         let guard = data_guard::DataGuard::new(args.data_http_allow.clone());
         watches::lock(&engine).set_fetcher(data::Fetcher::new(client.clone(), data_tx, guard));
         watches::lock(&engine).set_protected_namespaces(protected_namespaces(&args));
+        watches::lock(&engine).set_show_data_values(args.show_data_values);
         let watches = watches::Watches {
             client: client.clone(),
             node: args.node_name.clone(),

@@ -18,6 +18,7 @@
 //!   and it is *pending*: after a restart, the managers keep what a
 //!   previous daemon pinned for it until its first evaluation replaces it.
 
+use super::disclosure::Disclosure;
 use super::{bounded, now, Engine, Rejections, Warnings};
 use crate::daemon::convert::{self, kernel_mode};
 use crate::daemon::data::{DataReady, DataRequest};
@@ -388,6 +389,7 @@ impl Engine {
     /// (see the module docs: a behavior that fails keeps its last good
     /// lists).
     fn evaluate_with(&mut self, name: &str, data: &DataSet) {
+        let show_data_values = self.show_data_values;
         let Some(state) = self.policies.get_mut(name) else {
             return;
         };
@@ -400,6 +402,7 @@ impl Engine {
             return;
         };
         let p = compiled.evaluate_partial(shared_policy_context(), data, RUNTIME_COST_BUDGET);
+        let disclosure = Disclosure::of(compiled, show_data_values);
         let failed = !p.errors.is_empty();
         if failed {
             // A data source that fails for one interval must not drop
@@ -407,7 +410,7 @@ impl Engine {
             let message = p
                 .errors
                 .iter()
-                .map(ToString::to_string)
+                .map(|e| disclosure.evaluate_error(e))
                 .collect::<Vec<_>>()
                 .join("; ");
             tracing::warn!(policy = %name, %message, "policy evaluation failed");
@@ -425,7 +428,7 @@ impl Engine {
         if changed && !compiled.sources().is_empty() {
             // Data-driven lists changed: worth a line, with what they are
             // now.
-            tracing::info!(policy = %name, lists = %summary(&result), cost = p.cost, "policy evaluated over fetched data: its lists changed");
+            tracing::info!(policy = %name, lists = %summary(&result, &disclosure), cost = p.cost, "policy evaluated over fetched data: its lists changed");
         }
         let target = compiled.target.clone();
         let filters = compiled.monitor_filter.clone();
@@ -453,6 +456,12 @@ impl Engine {
         };
         let Some(mode) = kernel_mode(state.mode) else {
             return;
+        };
+        let disclosure = match &state.outcome {
+            PolicyOutcome::Compiled { compiled, .. } => {
+                Disclosure::of(compiled, self.show_data_values)
+            }
+            _ => Disclosure::default(),
         };
         // The protected namespaces' pods are no enforce policy's.
         let target = match mode {
@@ -494,9 +503,9 @@ impl Engine {
                 // The path names the side (`...open.deny`), which is how the
                 // two spec conditions are told apart.
                 if r.path.contains(".exec") {
-                    rejections.exec.push(r.to_string());
+                    rejections.exec.push(disclosure.rejection(r));
                 } else {
-                    rejections.open.push(r.to_string());
+                    rejections.open.push(disclosure.rejection(r));
                 }
             }
             failures.extend(outcome.failures.iter().map(ToString::to_string));
@@ -511,7 +520,7 @@ impl Engine {
             });
             rejections
                 .network
-                .extend(outcome.rejections.iter().map(ToString::to_string));
+                .extend(outcome.rejections.iter().map(|r| disclosure.rejection(r)));
             failures.extend(outcome.failures.iter().map(ToString::to_string));
         }
         if let Some(m) = self.protocol.get() {
@@ -524,7 +533,7 @@ impl Engine {
             });
             rejections
                 .network
-                .extend(outcome.rejections.iter().map(ToString::to_string));
+                .extend(outcome.rejections.iter().map(|r| disclosure.rejection(r)));
             failures.extend(outcome.failures.iter().map(ToString::to_string));
         }
         if let Some(m) = self.dns.get() {
@@ -537,10 +546,10 @@ impl Engine {
             });
             rejections
                 .network
-                .extend(outcome.rejections.iter().map(ToString::to_string));
+                .extend(outcome.rejections.iter().map(|r| disclosure.rejection(r)));
             failures.extend(outcome.failures.iter().map(ToString::to_string));
         }
-        self.parse_unserved(mode, &result, &mut rejections);
+        self.parse_unserved(mode, &result, &disclosure, &mut rejections);
         for f in &failures {
             tracing::error!(policy = %name, failure = %f, "programming the policy failed");
         }
@@ -559,15 +568,18 @@ impl Engine {
         &self,
         mode: kyverno_runtime_enforce::openexec::Mode,
         result: &EvaluationResult,
+        disclosure: &Disclosure,
         into: &mut Rejections,
     ) {
         use kyverno_runtime_enforce::{dns, egress, openexec, protocol};
         let lists = |kind| BehaviorLists::merge(result, kind);
         if self.openexec.get_ref().is_none() {
             let (_, open) = openexec::compile_paths(mode, lists(BehaviorKind::Open).as_ref());
-            into.open.extend(open.iter().map(ToString::to_string));
+            into.open
+                .extend(open.iter().map(|r| disclosure.rejection(r)));
             let (_, exec) = openexec::compile_paths(mode, lists(BehaviorKind::Exec).as_ref());
-            into.exec.extend(exec.iter().map(ToString::to_string));
+            into.exec
+                .extend(exec.iter().map(|r| disclosure.rejection(r)));
         }
         if self.egress.get_ref().is_none() {
             let services = kyverno_runtime_enforce::names::ServiceAddresses::new();
@@ -578,27 +590,30 @@ impl Engine {
             let compiled =
                 egress::compile_network(mode, lists(BehaviorKind::Network).as_ref(), &names);
             into.network
-                .extend(compiled.rejections.iter().map(ToString::to_string));
+                .extend(compiled.rejections.iter().map(|r| disclosure.rejection(r)));
         }
         if self.protocol.get_ref().is_none() {
             let (_, refused) =
                 protocol::compile_protocol(mode, lists(BehaviorKind::Protocol).as_ref());
-            into.network.extend(refused.iter().map(ToString::to_string));
+            into.network
+                .extend(refused.iter().map(|r| disclosure.rejection(r)));
         }
         if self.dns.get_ref().is_none() {
             if let Some(l) = lists(BehaviorKind::Dns) {
                 let (_, refused) = dns::NameMatcher::compile(&l);
-                into.network.extend(refused.iter().map(ToString::to_string));
+                into.network
+                    .extend(refused.iter().map(|r| disclosure.rejection(r)));
             }
         }
     }
 }
 
 /// A policy's evaluated lists in one bounded line (the first values of
-/// each list and how many more).
-fn summary(result: &EvaluationResult) -> String {
+/// each list and how many more; only their sizes when `disclosure` hides
+/// values).
+fn summary(result: &EvaluationResult, disclosure: &Disclosure) -> String {
     const SHOWN: usize = 8;
-    let list = |values: &[String]| {
+    disclosure.lists(result, |values: &[String]| {
         let mut out = values
             .iter()
             .take(SHOWN)
@@ -609,24 +624,5 @@ fn summary(result: &EvaluationResult) -> String {
             out.push_str(&format!(", … ({} in all)", values.len()));
         }
         format!("[{out}]")
-    };
-    result
-        .behaviors
-        .iter()
-        .map(|b| {
-            format!(
-                "behaviors[{}].{}: allow {} deny {}{}",
-                b.index,
-                b.kind,
-                list(&b.allow),
-                list(&b.deny),
-                if b.default_deny {
-                    " (default deny)"
-                } else {
-                    ""
-                }
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
+    })
 }
