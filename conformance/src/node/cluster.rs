@@ -43,6 +43,15 @@ impl Cluster {
         Api::all(self.client.clone())
     }
 
+    /// A namespaced resource across every namespace (list and watch).
+    pub fn every_namespace<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::all(self.client.clone())
+    }
+
     /// A namespaced API.
     pub fn ns<K>(&self, ns: &str) -> Api<K>
     where

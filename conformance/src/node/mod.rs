@@ -178,6 +178,29 @@ impl NodeHalf {
                          "template": {"metadata": {"labels": {"app": "kyverno-runtime"}},
                                       "spec": {"containers": [{"name": "daemon", "image": "kyverno-runtime"}]}}}}),
         )?;
+        // Pods an earlier boot of this node left (a guest that crashed
+        // mid-scenario is booted again): this run's node name is the
+        // runner's own, so every workload pod bound to it is one a
+        // scenario made, and would be matched, unresolved, by the next
+        // scenarios' policies.
+        let stale = c
+            .block_on(
+                c.every_namespace::<Pod>().list(
+                    &kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")),
+                ),
+            )
+            .context("listing the pods bound to this node")?;
+        for p in stale.items {
+            let (Some(ns), Some(name)) =
+                (p.metadata.namespace.as_deref(), p.metadata.name.as_deref())
+            else {
+                continue;
+            };
+            if ns != sys.as_str() {
+                println!("   removing {ns}/{name}, left on this node by an earlier boot");
+                c.delete(&c.ns::<Pod>(ns), name)?;
+            }
+        }
         let pods = c.ns::<Pod>(sys);
         let list = c
             .block_on(pods.list(&Default::default()))
