@@ -119,13 +119,9 @@ pub(crate) fn run_driver<K: KernelCase>(
     every: Vec<Event>,
     build: impl FnOnce(ContainerCgroup) -> Result<K, String>,
 ) -> Run {
-    let scratch = match Scratch::enter(driver) {
-        Ok(s) => s,
-        Err(why) => return cannot_run(driver, why),
-    };
-    let kernel = match scratch.container().and_then(build) {
-        Ok(k) => RefCell::new(k),
-        Err(why) => return cannot_run(driver, why),
+    let (scratch, kernel) = match enter(driver, build) {
+        Ok(entered) => entered,
+        Err(run) => return *run,
     };
     let sets = u32::try_from(cases.div_ceil(per_set.max(1) as u64)).unwrap_or(u32::MAX);
     let checked = Cell::new(0u64);
@@ -152,13 +148,9 @@ pub(crate) fn run_sequences<K: KernelCase>(
     steps: impl Strategy<Value = Step>,
     build: impl FnOnce(ContainerCgroup) -> Result<K, String>,
 ) -> Run {
-    let scratch = match Scratch::enter(driver) {
-        Ok(s) => s,
-        Err(why) => return cannot_run(driver, why),
-    };
-    let kernel = match scratch.container().and_then(build) {
-        Ok(k) => RefCell::new(k),
-        Err(why) => return cannot_run(driver, why),
+    let (scratch, kernel) = match enter(driver, build) {
+        Ok(entered) => entered,
+        Err(run) => return *run,
     };
     // A sequence probes about 6 steps.
     let sequences = u32::try_from(cases.div_ceil(6 * per_step.max(1) as u64)).unwrap_or(u32::MAX);
@@ -177,6 +169,20 @@ pub(crate) fn run_sequences<K: KernelCase>(
         disagreement: result.err().map(shrunk),
         shapes,
         case: None,
+    }
+}
+
+/// Moves into the scratch cgroup and builds the product on it; a run that
+/// says why when either cannot be done. The caller drops the product
+/// before the scratch cgroup (its links detach first).
+fn enter<K>(
+    driver: &'static str,
+    build: impl FnOnce(ContainerCgroup) -> Result<K, String>,
+) -> Result<(Scratch, RefCell<K>), Box<Run>> {
+    let scratch = Scratch::enter(driver).map_err(|why| Box::new(cannot_run(driver, why)))?;
+    match scratch.container().and_then(build) {
+        Ok(k) => Ok((scratch, RefCell::new(k))),
+        Err(why) => Err(Box::new(cannot_run(driver, why))),
     }
 }
 

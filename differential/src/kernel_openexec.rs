@@ -17,7 +17,7 @@ use kyverno_runtime_compat::{derive_plan, LiveHost, Overrides, Prober};
 use kyverno_runtime_enforce::lsm::{self, LsmEnforcer};
 use kyverno_runtime_enforce::openexec::{self, OpenExecManager, OpenExecPolicy, Pod};
 use kyverno_runtime_enforce::PolicyId;
-use kyverno_runtime_plane::{Event as PlaneEvent, Facts, KernelVerdict};
+use kyverno_runtime_plane::{Event as PlaneEvent, Facts};
 use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
@@ -259,12 +259,7 @@ fn drained_findings(
             let mut e = PlaneEvent::new("openexec-observe", facts);
             e.cgroup = Some(o.cgroup);
             e.count = o.count;
-            e.kernel = Some(match o.decision {
-                kyverno_runtime_enforce::Decision::Denied => KernelVerdict::Denied,
-                kyverno_runtime_enforce::Decision::DefaultDenied => KernelVerdict::DefaultDenied,
-                kyverno_runtime_enforce::Decision::Allowed
-                | kyverno_runtime_enforce::Decision::Unmatched => KernelVerdict::Allowed,
-            });
+            e.kernel = Some(o.decision.into());
             e
         })
         .collect();

@@ -43,7 +43,7 @@ use kyverno_runtime_enforce::protocol::{
     KernelProtocol, ProtocolManager, ProtocolObservation, ProtocolPolicy,
 };
 use kyverno_runtime_enforce::PolicyId;
-use kyverno_runtime_plane::{Event as PlaneEvent, Facts, KernelVerdict};
+use kyverno_runtime_plane::{Event as PlaneEvent, Facts};
 use kyverno_runtime_policy::rule::BehaviorLists;
 use kyverno_runtime_policy::values::BehaviorKind;
 use proptest::prelude::*;
@@ -457,14 +457,7 @@ impl Kernel {
                 );
                 e.cgroup = Some(o.cgroup);
                 e.count = o.count;
-                e.kernel = Some(match o.decision {
-                    kyverno_runtime_enforce::Decision::Denied => KernelVerdict::Denied,
-                    kyverno_runtime_enforce::Decision::DefaultDenied => {
-                        KernelVerdict::DefaultDenied
-                    }
-                    kyverno_runtime_enforce::Decision::Allowed
-                    | kyverno_runtime_enforce::Decision::Unmatched => KernelVerdict::Allowed,
-                });
+                e.kernel = Some(o.decision.into());
                 e
             })
             .collect();

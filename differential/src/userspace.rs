@@ -271,12 +271,7 @@ impl System {
             }
             Event::Protocol { .. } | Event::Dns(_) => return None,
         };
-        Some(match decision {
-            kyverno_runtime_enforce::Decision::Denied => KernelVerdict::Denied,
-            kyverno_runtime_enforce::Decision::DefaultDenied => KernelVerdict::DefaultDenied,
-            kyverno_runtime_enforce::Decision::Allowed
-            | kyverno_runtime_enforce::Decision::Unmatched => KernelVerdict::Allowed,
-        })
+        Some(decision.into())
     }
 
     /// What the product does with `event`; `model` stands in for the

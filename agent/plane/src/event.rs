@@ -134,6 +134,19 @@ impl KernelVerdict {
     }
 }
 
+/// The verdict of a merged decision, as a kernel counter or record carries
+/// it: an unmatched operation was allowed.
+impl From<kyverno_runtime_policy::rule::Decision> for KernelVerdict {
+    fn from(d: kyverno_runtime_policy::rule::Decision) -> Self {
+        use kyverno_runtime_policy::rule::Decision;
+        match d {
+            Decision::Denied => KernelVerdict::Denied,
+            Decision::DefaultDenied => KernelVerdict::DefaultDenied,
+            Decision::Allowed | Decision::Unmatched => KernelVerdict::Allowed,
+        }
+    }
+}
+
 /// The process of an occurrence, when the kernel's record named one.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct ProcessInfo {
@@ -231,5 +244,24 @@ impl Event {
             .containers
             .get(&cgroup)
             .map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kyverno_runtime_policy::rule::Decision;
+
+    #[test]
+    fn a_decision_is_refused_exactly_when_its_verdict_is() {
+        for (d, v) in [
+            (Decision::Denied, KernelVerdict::Denied),
+            (Decision::DefaultDenied, KernelVerdict::DefaultDenied),
+            (Decision::Allowed, KernelVerdict::Allowed),
+            (Decision::Unmatched, KernelVerdict::Allowed),
+        ] {
+            assert_eq!(KernelVerdict::from(d), v, "{d:?}");
+            assert_eq!(d.refused(), v.refused(), "{d:?}");
+        }
     }
 }

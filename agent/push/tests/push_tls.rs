@@ -13,7 +13,7 @@ use kyverno_runtime_push::proto::{self, Ack};
 use kyverno_runtime_push::{
     CollectedFinding, Collector, DropHook, PushConfig, PushDrop, PushHandle, PushSink, ServerTls,
 };
-use kyverno_runtime_report::{sanitize, Behavior, Decision, Finding, PodIdentity};
+use kyverno_runtime_report::{sanitize, Decision, Finding};
 use prost::Message as _;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -143,24 +143,12 @@ impl Pki {
 fn finding(target: &str) -> Finding {
     Finding {
         policy: "no-tools".into(),
-        policy_uid: "11111111-2222-3333-4444-555555555555".into(),
-        behavior: Behavior::Exec,
-        pod: PodIdentity {
-            namespace: "shop".into(),
-            name: "web-0".into(),
-            uid: "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee".into(),
-            container: Some("app".into()),
-            owner_kind: Some("StatefulSet".into()),
-            owner_name: Some("web".into()),
-        },
         target: target.into(),
         enforced: false,
         decision: Some(Decision::DefaultDenied),
-        count: 1,
         first_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
         last_observed: UNIX_EPOCH + Duration::from_secs(1_800_000_001),
-        process: None,
-        matched: Vec::new(),
+        ..kyverno_runtime_report::fixtures::finding()
     }
 }
 
@@ -239,7 +227,18 @@ async fn collector(
     Output,
     Running<kyverno_runtime_push::Result<()>>,
 ) {
-    let c = Collector::bind(addr, &pki.server_tls()).await.unwrap();
+    serve(Collector::bind(addr, &pki.server_tls()).await.unwrap())
+}
+
+/// Serves JSON lines from a bound collector: its address, its output and
+/// the running server.
+fn serve(
+    c: Collector,
+) -> (
+    SocketAddr,
+    Output,
+    Running<kyverno_runtime_push::Result<()>>,
+) {
     let addr = c.local_addr();
     let out = Output::default();
     let (stop, signal) = stop_signal();
@@ -969,17 +968,12 @@ async fn a_stalled_stream_is_abandoned_and_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finding_for_a_node_its_certificate_does_not_name_is_refused() {
     let pki = pki();
-    let c = Collector::bind("127.0.0.1:0".parse().unwrap(), &pki.server_tls())
-        .await
-        .unwrap()
-        .bind_node_identity(true);
-    let addr = c.local_addr();
-    let out = Output::default();
-    let (stop, signal) = stop_signal();
-    let server = Running {
-        stop: Some(stop),
-        task: tokio::spawn(c.serve(out.clone(), signal)),
-    };
+    let (addr, out, server) = serve(
+        Collector::bind("127.0.0.1:0".parse().unwrap(), &pki.server_tls())
+            .await
+            .unwrap()
+            .bind_node_identity(true),
+    );
 
     // node-b, with node-a's certificate.
     let mut config = pki.config(addr);
@@ -1048,16 +1042,11 @@ async fn the_sink_refuses_a_collector_of_another_ca_or_another_name() {
             "certificate not valid for name \"127.0.0.1\"",
         ),
     ] {
-        let c = Collector::bind("127.0.0.1:0".parse().unwrap(), &elsewhere)
-            .await
-            .unwrap();
-        let addr = c.local_addr();
-        let out = Output::default();
-        let (stop, signal) = stop_signal();
-        let server = Running {
-            stop: Some(stop),
-            task: tokio::spawn(c.serve(out.clone(), signal)),
-        };
+        let (addr, out, server) = serve(
+            Collector::bind("127.0.0.1:0".parse().unwrap(), &elsewhere)
+                .await
+                .unwrap(),
+        );
         let mut config = pki.config(addr);
         config.ca = client_ca;
         let sink = PushSink::new(config, None).unwrap();

@@ -144,14 +144,6 @@ fn gained(seen: &mut Option<u64>, now: u64) -> u64 {
     gained
 }
 
-fn verdict(d: Decision) -> KernelVerdict {
-    match d {
-        Decision::Denied => KernelVerdict::Denied,
-        Decision::DefaultDenied => KernelVerdict::DefaultDenied,
-        Decision::Allowed | Decision::Unmatched => KernelVerdict::Allowed,
-    }
-}
-
 impl Engine {
     /// Reads the loss counters' baselines (see [`Losses`]); a counter that
     /// cannot be read now takes its first poll as the baseline.
@@ -389,7 +381,7 @@ impl Engine {
             e.time = now;
             e.cgroup = Some(obs.cgroup);
             e.count = obs.count;
-            e.kernel = Some(verdict(obs.decision));
+            e.kernel = Some(obs.decision.into());
             events.push(e);
         }
         Ok(Polled { events, lost })
@@ -408,7 +400,7 @@ impl Engine {
             e.time = now;
             e.cgroup = Some(cgroup);
             e.count = count;
-            e.kernel = Some(verdict(decision));
+            e.kernel = Some(decision.into());
             e
         };
         let mut loaded = false;
