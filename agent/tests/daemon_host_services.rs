@@ -418,6 +418,10 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
             "1s",
             "--report-interval",
             "1s",
+            // The test's resolver is on loopback, which `auto` never
+            // declares: listed explicitly, as on a test node.
+            "--dns-resolvers",
+            "auto,127.0.4.53",
             "--pin-dir",
             pins.to_str().unwrap(),
         ],
@@ -427,6 +431,17 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
         ],
     );
     daemon.wait_log("pods on this node listed", Duration::from_secs(30));
+    daemon.wait_log(
+        "DNS answers teach domain addresses only from these resolvers",
+        Duration::from_secs(5),
+    );
+    assert!(
+        daemon
+            .log()
+            .iter()
+            .any(|l| l.contains("only from these resolvers") && l.contains("127.0.4.53")),
+        "the declared resolvers are logged"
+    );
     let cgroup = pod.cgroup_id();
     wait_for(
         "the pod's set naming the domain",
@@ -554,6 +569,27 @@ fn a_domain_allowed_on_the_daemon_opens_what_the_pods_own_answer_gave() {
         ),
         Some(0)
     );
+    // Each answer answered a question the pod asked the declared resolver.
+    for (series_of, want) in [
+        (
+            [
+                "events_ingested_total",
+                "source=\"dnssnoop\"",
+                "kind=\"question\"",
+            ],
+            3,
+        ),
+        (
+            [
+                "events_dropped_total",
+                "source=\"dnssnoop\"",
+                "reason=\"answer_unsolicited\"",
+            ],
+            0,
+        ),
+    ] {
+        assert_eq!(series(&text, &series_of), Some(want), "{series_of:?}");
+    }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (status, _, log) = daemon.terminate(Duration::from_secs(15));
     assert!(status.success(), "{}", log.join("\n"));

@@ -10,7 +10,8 @@
  * first connect to it: there is no race between the two.
  *
  * One loaded object serves every attachment; its maps cgroup_filters,
- * egress_domains and egress_learned are the egress filter's own (see
+ * egress_domains, egress_learned, dns_resolvers, dns_questions and
+ * snoop_stats are the egress filter's own (see
  * egress_maps.h: the loader reuses the filter's fds). For a datagram:
  *
  *   1. gate: the socket's cgroup must be in cgroup_filters with
@@ -19,7 +20,13 @@
  *   2. UDP from source port 53 (udp.h finds the header; no TCP, DoT or
  *      DoH), a DNS header with QR set (a response), RCODE 0, one question
  *      and at least one answer;
- *   3. the question's name, then each answer record (at most
+ *   3. the response answers a question the cgroup asked: from a declared
+ *      resolver, for a pending question of the cgroup with the response's
+ *      port and id, and the same question section (dnsquestion.h: the
+ *      egress filter notes the questions); the question is consumed.
+ *      Anything else is counted (untrusted_source, unsolicited,
+ *      question_mismatch) and teaches nothing;
+ *   4. the question's name, then each answer record (at most
  *      KRT_DNS_SNOOP_ANSWERS_MAX): a record of class IN is followed when
  *      its owner is the question's name or a name a CNAME of this
  *      response led to (at most KRT_DNS_SNOOP_CHAIN_MAX names); a CNAME
@@ -49,6 +56,7 @@
 #include "common.h"
 #include <bpf/bpf_endian.h>
 #include "dnsname.h"
+#include "dnsquestion.h"
 #include "dnssnoop.h"
 #include "egress.h"
 #include "egress_maps.h"
@@ -115,13 +123,16 @@ struct {
 	__type(value, struct snoop_scratch);
 } snoop_scratch SEC(".maps");
 
-/* Outcome counters, one struct per CPU (no atomics needed). */
+/* Outcome counters: snoop_stats, shared with the filter (egress_maps.h),
+ * one struct per CPU (no atomics needed). */
+
+/* The raw question of the response being read (dnsquestion.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct krt_dns_snoop_stats);
-} snoop_stats SEC(".maps");
+	__type(value, struct krt_dns_question_scratch);
+} snoop_question SEC(".maps");
 
 static __always_inline void count(__u64 *counter)
 {
@@ -235,6 +246,76 @@ __attribute__((noinline)) int krt_snoop_owner_in_chain(__u32 chain_len)
 			return 1;
 	}
 	return 0;
+}
+
+/* What krt_snoop_match_question found for a response. */
+enum snoop_match {
+	SNOOP_MATCHED = 0,
+	/* Not from a declared resolver. */
+	SNOOP_UNTRUSTED = 1,
+	/* No pending, unexpired question of the cgroup for its resolver,
+	 * port and id. */
+	SNOOP_UNSOLICITED = 2,
+	/* A pending question, but another name, type or class. */
+	SNOOP_MISMATCH = 3,
+	/* Headers or the question section cannot be read. */
+	SNOOP_UNREADABLE = 4,
+};
+
+/*
+ * Whether the response whose UDP header is at `udp_off` answers a question
+ * the receiving socket's cgroup asked a declared resolver (dnsquestion.h);
+ * a match consumes the question. A global function: verified once, and
+ * its stack is its own.
+ */
+__attribute__((noinline)) int krt_snoop_match_question(struct __sk_buff *skb,
+						       __u32 udp_off)
+{
+	struct krt_dns_question_scratch *qs;
+	struct krt_dns_resolver_key resolver;
+	struct krt_dns_question_key key;
+	struct krt_dns_question *q;
+	struct udphdr udp;
+	__u32 zero = 0, family = 0;
+	__u16 id;
+
+	__builtin_memset(&resolver, 0, sizeof(resolver));
+	if (krt_packet_addr(skb, true, &family, resolver.addr) < 0)
+		return SNOOP_UNREADABLE;
+	resolver.family = family;
+	if (!bpf_map_lookup_elem(&dns_resolvers, &resolver))
+		return SNOOP_UNTRUSTED;
+	if (bpf_skb_load_bytes(skb, udp_off, &udp, sizeof(udp)) < 0 ||
+	    bpf_skb_load_bytes(skb, udp_off + sizeof(udp), &id, sizeof(id)) < 0)
+		return SNOOP_UNREADABLE;
+
+	__builtin_memset(&key, 0, sizeof(key));
+	key.cgroup_id = bpf_skb_cgroup_id(skb);
+	key.family = family;
+	__builtin_memcpy(key.resolver, resolver.addr, sizeof(key.resolver));
+	key.port = udp.dest;
+	key.id = id;
+	q = bpf_map_lookup_elem(&dns_questions, &key);
+	if (!q)
+		return SNOOP_UNSOLICITED;
+	if (q->expires_ns < bpf_ktime_get_ns()) {
+		bpf_map_delete_elem(&dns_questions, &key);
+		return SNOOP_UNSOLICITED;
+	}
+
+	qs = bpf_map_lookup_elem(&snoop_question, &zero);
+	if (!qs)
+		return SNOOP_UNREADABLE;
+	if (krt_dns_read_question(skb, udp_off + sizeof(udp), qs) !=
+	    KRT_DNS_QUESTION_OK)
+		return SNOOP_UNREADABLE;
+	/* A forged answer with the right id but another question leaves the
+	 * question pending for the real one. */
+	if (qs->len != q->name_len || qs->type_class != q->type_class ||
+	    krt_dns_name_hash(qs) != q->name_hash)
+		return SNOOP_MISMATCH;
+	bpf_map_delete_elem(&dns_questions, &key);
+	return SNOOP_MATCHED;
 }
 
 /* Counts a name the reader refused; the walk stops there. */
@@ -468,6 +549,22 @@ int krt_dns_snoop(struct __sk_buff *skb)
 		return PASS;
 	if (hdr[4] != 0 || hdr[5] != 1) {
 		count(&st->unsupported);
+		return PASS;
+	}
+	switch (krt_snoop_match_question(skb, off)) {
+	case SNOOP_MATCHED:
+		break;
+	case SNOOP_UNTRUSTED:
+		count(&st->untrusted_source);
+		return PASS;
+	case SNOOP_UNSOLICITED:
+		count(&st->unsolicited);
+		return PASS;
+	case SNOOP_MISMATCH:
+		count(&st->question_mismatch);
+		return PASS;
+	default:
+		count(&st->malformed);
 		return PASS;
 	}
 

@@ -67,6 +67,7 @@
 #include <bpf/bpf_endian.h>
 #include "egress.h"
 #include "egress_maps.h"
+#include "udp.h"
 
 /* Not in vmlinux.h (they are macros in the kernel). */
 #define ETH_P_IP 0x0800
@@ -592,6 +593,138 @@ static __always_inline const void *ip_header(struct __sk_buff *skb,
 	return copy;
 }
 
+/*
+ * The question side of DNS learning (dnsquestion.h): this program sees
+ * every packet a filtered cgroup sends, so it notes the DNS questions of
+ * cgroups whose sets name domains for the snooper to match answers to.
+ */
+
+/* Questions noted per cgroup in the current second (see
+ * KRT_DNS_QUESTIONS_PER_S). An LRU: a cgroup gone is forgotten. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_CGROUPS);
+	__type(key, __u64);
+	__type(value, struct krt_dns_question_budget);
+} dns_question_budget SEC(".maps");
+
+/* The raw question being noted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct krt_dns_question_scratch);
+} question_scratch SEC(".maps");
+
+/* Whether the cgroup may note one more question this second (and if so,
+ * charges it). Concurrent CPUs may both pass at the edge: a budget, not a
+ * count. */
+static __always_inline bool question_budget(__u64 cgroup_id)
+{
+	struct krt_dns_question_budget *b, fresh;
+	__u64 now = bpf_ktime_get_ns();
+
+	b = bpf_map_lookup_elem(&dns_question_budget, &cgroup_id);
+	if (!b) {
+		fresh.window_ns = now;
+		fresh.noted = 1;
+		bpf_map_update_elem(&dns_question_budget, &cgroup_id, &fresh,
+				    BPF_ANY);
+		return true;
+	}
+	if (now - b->window_ns >= KRT_NS_PER_S) {
+		b->window_ns = now;
+		b->noted = 1;
+		return true;
+	}
+	if (b->noted >= KRT_DNS_QUESTIONS_PER_S)
+		return false;
+	b->noted += 1;
+	return true;
+}
+
+/*
+ * Notes the packet in `dns_questions` if it is a DNS question (UDP to port
+ * 53, QR clear, a standard query of one question) of a cgroup whose set
+ * names domains, sent to a declared resolver. Never changes the verdict.
+ * A global function: verified once, off the verdict path's stack.
+ */
+__attribute__((noinline)) int krt_note_question(struct __sk_buff *skb)
+{
+	struct krt_dns_question_scratch *qs;
+	struct krt_dns_resolver_key resolver;
+	struct krt_dns_question_key key;
+	struct krt_dns_question value;
+	struct krt_egress_filter *filter;
+	struct krt_dns_snoop_stats *st;
+	struct udphdr udp;
+	__u8 hdr[KRT_DNS_HEADER_LEN];
+	__u32 zero = 0, family = 0, off;
+	__u64 cgroup_id = bpf_skb_cgroup_id(skb);
+
+	filter = bpf_map_lookup_elem(&cgroup_filters, &cgroup_id);
+	if (!filter || !(filter->flags & KRT_EGRESS_FLAG_DOMAINS))
+		return 0;
+	off = krt_udp_offset(skb);
+	if (off == 0)
+		return 0;
+	if (bpf_skb_load_bytes(skb, off, &udp, sizeof(udp)) < 0)
+		return 0;
+	if (udp.dest != bpf_htons(KRT_DNS_PORT))
+		return 0;
+	st = bpf_map_lookup_elem(&snoop_stats, &zero);
+	qs = bpf_map_lookup_elem(&question_scratch, &zero);
+	if (!st || !qs)
+		return 0; /* cannot happen: one-element arrays */
+	if (bpf_skb_load_bytes(skb, off + sizeof(udp), hdr, sizeof(hdr)) < 0) {
+		count(&st->questions_unreadable);
+		return 0;
+	}
+	/* QR set: an answer from a server in the pod, not a question. */
+	if (hdr[2] & 0x80)
+		return 0;
+	/* OPCODE QUERY (0) and one question. */
+	if ((hdr[2] & 0x78) != 0 || hdr[4] != 0 || hdr[5] != 1) {
+		count(&st->questions_unreadable);
+		return 0;
+	}
+
+	__builtin_memset(&resolver, 0, sizeof(resolver));
+	if (krt_packet_addr(skb, false, &family, resolver.addr) < 0)
+		return 0;
+	resolver.family = family;
+	if (!bpf_map_lookup_elem(&dns_resolvers, &resolver)) {
+		count(&st->questions_undeclared);
+		return 0;
+	}
+	if (krt_dns_read_question(skb, off + sizeof(udp), qs) !=
+	    KRT_DNS_QUESTION_OK) {
+		count(&st->questions_unreadable);
+		return 0;
+	}
+	if (!question_budget(cgroup_id)) {
+		count(&st->questions_over_budget);
+		return 0;
+	}
+
+	__builtin_memset(&key, 0, sizeof(key));
+	key.cgroup_id = cgroup_id;
+	key.family = family;
+	__builtin_memcpy(key.resolver, resolver.addr, sizeof(key.resolver));
+	key.port = udp.source;
+	__builtin_memcpy(&key.id, hdr, sizeof(key.id));
+	value.expires_ns = bpf_ktime_get_ns() +
+			   (__u64)KRT_DNS_QUESTION_TIMEOUT_S * KRT_NS_PER_S;
+	value.name_hash = krt_dns_name_hash(qs);
+	value.type_class = qs->type_class;
+	value.name_len = qs->len;
+	if (bpf_map_update_elem(&dns_questions, &key, &value, BPF_ANY) != 0)
+		count(&st->questions_unreadable);
+	else
+		count(&st->questions_noted);
+	return 0;
+}
+
 /* What parse() found. */
 enum parsed {
 	PARSED_IP = 0,
@@ -607,7 +740,7 @@ enum parsed {
  * the other way round.
  */
 static __always_inline enum parsed parse(struct __sk_buff *skb,
-					 struct destination *dst)
+					 struct destination *dst, __u32 *next)
 {
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		const struct iphdr *ip;
@@ -632,6 +765,7 @@ static __always_inline enum parsed parse(struct __sk_buff *skb,
 		 */
 		dst->family = KRT_EGRESS_IPV4;
 		__builtin_memcpy(dst->addr, &ip->daddr, 4);
+		*next = ip->protocol;
 		return PARSED_IP;
 	}
 	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
@@ -661,6 +795,7 @@ static __always_inline enum parsed parse(struct __sk_buff *skb,
 		 */
 		dst->family = KRT_EGRESS_IPV6;
 		__builtin_memcpy(dst->addr, &ip6->daddr, 16);
+		*next = ip6->nexthdr;
 		return PARSED_IP;
 	}
 	return PARSED_OTHER;
@@ -803,7 +938,7 @@ int krt_egress(struct __sk_buff *skb)
 	struct krt_egress_stats *st;
 	struct destination dst = {};
 	__u64 policy_gen, learned_gen, expires_ns = 0;
-	__u32 set_id, flags, decision, learned = 0, zero = 0;
+	__u32 set_id, flags, decision, learned = 0, zero = 0, next = 0;
 	struct bpf_sock *sk;
 	enum parsed parsed;
 	bool current = false;
@@ -819,9 +954,20 @@ int krt_egress(struct __sk_buff *skb)
 	policy_gen = generation(KRT_EGRESS_GEN_POLICY);
 	learned_gen = generation(KRT_EGRESS_GEN_LEARNED);
 
-	parsed = parse(skb, &dst);
+	parsed = parse(skb, &dst, &next);
 	if (parsed != PARSED_IP)
 		return unparsed(skb, st, parsed);
+	/*
+	 * A UDP datagram may be a DNS question to note (before the cached
+	 * verdict: the resolver's socket is decided from its cache). TCP,
+	 * the bulk, costs this one comparison; IPv6 extension headers are
+	 * walked by the noter.
+	 */
+	if (next == IPPROTO_UDP ||
+	    (dst.family == KRT_EGRESS_IPV6 &&
+	     (next == KRT_NEXTHDR_HOP || next == KRT_NEXTHDR_ROUTING ||
+	      next == KRT_NEXTHDR_DEST || next == KRT_NEXTHDR_FRAGMENT)))
+		krt_note_question(skb);
 
 	/*
 	 * The socket's cached verdict. The kernel runs inet egress programs

@@ -52,6 +52,29 @@ struct krt_dns_snoop_stats {
 	__u64 unsupported;
 	/* egress_learned refused the update. */
 	__u64 learn_failed;
+	/* Responses not from a declared resolver (dns_resolvers): nothing
+	 * learned (a pod answering itself, loopback, a forged source). */
+	__u64 untrusted_source;
+	/* Responses from a declared resolver that answer no pending question
+	 * of the cgroup (wrong id or port, unsolicited, late, or a second
+	 * answer): nothing learned. */
+	__u64 unsolicited;
+	/* Responses to a pending question whose question section is not the
+	 * one asked (name, type or class): nothing learned. */
+	__u64 question_mismatch;
+	/*
+	 * The question side, counted by the egress filter for cgroups whose
+	 * set names domains. Questions noted, awaiting their answer ...
+	 */
+	__u64 questions_noted;
+	/* ... sent to an address that is not a declared resolver (their
+	 * answers teach nothing: a resolver the node does not declare) ... */
+	__u64 questions_undeclared;
+	/* ... over the cgroup's KRT_DNS_QUESTIONS_PER_S (not noted) ... */
+	__u64 questions_over_budget;
+	/* ... or not readable as one question of a name under DOMAIN_KEY_LEN
+	 * bytes (not noted), or dns_questions refused the update. */
+	__u64 questions_unreadable;
 };
 
 #endif /* KRT_DNSSNOOP_H */

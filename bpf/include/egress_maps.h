@@ -13,6 +13,8 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "egress.h"
+#include "dnsquestion.h"
+#include "dnssnoop.h"
 
 /*
  * cgroup id (bpf_skb_cgroup_id) -> the set and flags that apply. Written
@@ -55,5 +57,35 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } egress_generation SEC(".maps");
+
+/* The resolvers whose answers the snooper may learn from (see
+ * dnsquestion.h). Written by userspace only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_DNS_RESOLVERS_MAX);
+	__type(key, struct krt_dns_resolver_key);
+	__type(value, __u8);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} dns_resolvers SEC(".maps");
+
+/* The questions pods asked declared resolvers, awaiting their answers
+ * (see dnsquestion.h). Written by the filter, read and consumed by the
+ * snooper. Not pinned: a new load starts with none (an answer in flight
+ * across a restart is not learned; the pod's next question is). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KRT_DNS_QUESTIONS_MAX);
+	__type(key, struct krt_dns_question_key);
+	__type(value, struct krt_dns_question);
+} dns_questions SEC(".maps");
+
+/* The snooper's counters (struct krt_dns_snoop_stats), one per CPU; the
+ * filter adds the question side. Not pinned: counters since load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct krt_dns_snoop_stats);
+} snoop_stats SEC(".maps");
 
 #endif /* KRT_EGRESS_MAPS_H */

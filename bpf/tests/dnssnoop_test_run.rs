@@ -75,6 +75,7 @@ fn ipv6(proto: u8, src: Ipv6Addr, dst: Ipv6Addr, l4: &[u8]) -> Vec<u8> {
 }
 
 const RESOLVER: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+const RESOLVER_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xa);
 const POD: Ipv4Addr = Ipv4Addr::new(10, 244, 1, 5);
 
 /// A DNS message from the resolver's port 53 to the pod, over IPv4.
@@ -88,9 +89,11 @@ fn from_port(sport: u16, msg: &[u8]) -> Vec<u8> {
 
 /// The same over IPv6.
 fn from_53_v6(msg: &[u8]) -> Vec<u8> {
-    let resolver: Ipv6Addr = "fd00::a".parse().unwrap();
     let pod: Ipv6Addr = "fd00:1::5".parse().unwrap();
-    ethernet(ETH_P_IPV6, &ipv6(UDP, resolver, pod, &udp(53, 41000, msg)))
+    ethernet(
+        ETH_P_IPV6,
+        &ipv6(UDP, RESOLVER_V6, pod, &udp(53, 41000, msg)),
+    )
 }
 
 /// A TCP SYN from the pod to `dst` (what the egress filter judges).
@@ -140,6 +143,7 @@ fn snooping(domains: &[(&str, DomainVerdicts)], flags: FilterFlags) -> EgressFil
             .unwrap();
     }
     f.set_filter(own_cgroup_id(), SET, flags).unwrap();
+    declare_resolvers(&f);
     f
 }
 
@@ -151,8 +155,63 @@ fn domains_on() -> FilterFlags {
     }
 }
 
-/// Runs the snooper on `frame`, asserting it passed.
+/// The question `response_frame` answers, as the pod sent it: addresses
+/// and ports swapped, the DNS message cut by [`dnsmsg::question_of`].
+fn question_frame(response_frame: &[u8]) -> Option<Vec<u8>> {
+    let ethertype = u16::from_be_bytes([response_frame[12], response_frame[13]]);
+    let (udp_at, header) = match ethertype {
+        ETH_P_IP => (14 + 20, 20),
+        _ => (14 + 40, 40),
+    };
+    let l4 = response_frame.get(udp_at..)?;
+    let (sport, dport) = (
+        u16::from_be_bytes([l4[0], l4[1]]),
+        u16::from_be_bytes([l4[2], l4[3]]),
+    );
+    let msg = l4.get(8..)?;
+    // A query (QR clear) answers nothing: nothing to ask first.
+    if msg.get(2)? & 0x80 == 0 {
+        return None;
+    }
+    let question = dnsmsg::question_of(msg)?;
+    let ip = &response_frame[14..14 + header];
+    Some(if ethertype == ETH_P_IP {
+        let (src, dst): ([u8; 4], [u8; 4]) =
+            (ip[12..16].try_into().ok()?, ip[16..20].try_into().ok()?);
+        ethernet(
+            ETH_P_IP,
+            &ipv4(UDP, dst.into(), src.into(), &udp(dport, sport, &question)),
+        )
+    } else {
+        let (src, dst): ([u8; 16], [u8; 16]) =
+            (ip[8..24].try_into().ok()?, ip[24..40].try_into().ok()?);
+        ethernet(
+            ETH_P_IPV6,
+            &ipv6(UDP, dst.into(), src.into(), &udp(dport, sport, &question)),
+        )
+    })
+}
+
+/// Declares the tests' resolvers (RESOLVER and its IPv6 twin).
+fn declare_resolvers(f: &EgressFilter) {
+    f.set_dns_resolvers(&[IpAddr::V4(RESOLVER), IpAddr::V6(RESOLVER_V6)])
+        .unwrap();
+}
+
+/// Sends `frame`'s question through the egress filter (which notes it),
+/// then runs the snooper on `frame`, asserting it passed: a pod asking,
+/// then its resolver answering.
 fn snoop(f: &EgressFilter, frame: &[u8]) {
+    if let Some(question) = question_frame(frame) {
+        // Noted whatever the verdict (a question the filter drops gets no
+        // answer to match).
+        f.test_run(&question).unwrap();
+    }
+    answer_unasked(f, frame);
+}
+
+/// Runs the snooper on `frame` alone (no question sent first).
+fn answer_unasked(f: &EgressFilter, frame: &[u8]) {
     assert_eq!(
         f.test_run_snoop(frame).unwrap(),
         PASS,
@@ -189,9 +248,12 @@ struct Case {
     stats: SnoopStats,
 }
 
+/// `n` responses, each answering a question the pod asked first (see
+/// [`snoop`]).
 fn responses(n: u64) -> SnoopStats {
     SnoopStats {
         responses: n,
+        questions_noted: n,
         ..SnoopStats::default()
     }
 }
@@ -352,8 +414,12 @@ fn cases() -> Vec<Case> {
         name: "a question name over the key width",
         frame: from_53(&r.bytes),
         learned: vec![],
+        // No policy can name it, so the question is not noted, and its
+        // answer answers nothing asked.
         stats: SnoopStats {
-            name_too_long: 1,
+            questions_noted: 0,
+            questions_unreadable: 1,
+            unsolicited: 1,
             ..responses(1)
         },
     });
@@ -550,7 +616,12 @@ fn answers_of_both_sides_merge_and_deny_wins_at_the_filter() {
         "the /0 allow"
     );
     let s = f.read_stats().unwrap();
-    assert_eq!((s.denied, s.allowed, s.learned_hits), (1, 1, 1), "{s:?}");
+    // The two questions to the resolver passed by the /0 allow too.
+    assert_eq!(
+        (s.denied, s.allowed, s.learned_hits),
+        (1, 1 + 2, 1),
+        "{s:?}"
+    );
 }
 
 #[test]
@@ -594,9 +665,11 @@ fn a_name_only_a_monitor_policy_gives_is_learned_and_changes_no_verdict() {
     assert_eq!(f.test_run(&syn_to(IpAddr::V4(watched))).unwrap(), DROP);
     assert_eq!(f.test_run(&syn_to(IpAddr::V4(shared))).unwrap(), PASS);
     let s = f.read_stats().unwrap();
+    // The two questions to the resolver were default denied too (the
+    // set allows no resolver; they were noted all the same).
     assert_eq!(
         (s.default_denied, s.allowed, s.learned_hits),
-        (1, 1, 2),
+        (1 + 2, 1, 2),
         "{s:?}"
     );
 }
@@ -634,7 +707,8 @@ fn the_filter_honours_learned_addresses_until_they_expire() {
     assert_eq!(s.learned_hits, 2, "{s:?}");
     assert_eq!(s.learned_expired, 1, "{s:?}");
     assert_eq!(s.allowed, 2, "{s:?}");
-    assert_eq!(s.default_denied, 3, "{s:?}");
+    // Three connects and the two questions.
+    assert_eq!(s.default_denied, 3 + 2, "{s:?}");
 
     // Without the domains flag the filter does not look.
     f.set_filter(
@@ -688,4 +762,249 @@ fn a_name_removed_from_the_set_teaches_nothing_more() {
     snoop(&f, &from_53(&r.bytes));
     assert_eq!(learned(&f), []);
     assert_eq!(stats(&f).unnamed, 1);
+}
+
+// ---- issue 37, finding 1: forged answers ----------------------------------------
+
+/// A datagram from `src`:53 to the pod's port `port`.
+fn answer_from(src: Ipv4Addr, port: u16, msg: &[u8]) -> Vec<u8> {
+    ethernet(ETH_P_IP, &ipv4(UDP, src, POD, &udp(53, port, msg)))
+}
+
+/// The pod's question from its port `port` to `dst`:53.
+fn question_to(dst: Ipv4Addr, port: u16, msg: &[u8]) -> Vec<u8> {
+    ethernet(ETH_P_IP, &ipv4(UDP, POD, dst, &udp(port, 53, msg)))
+}
+
+/// An answer to `name` (id `id`) giving `addr`.
+fn answer(id: u16, name: &str, addr: Ipv4Addr) -> Vec<u8> {
+    let mut r = Response::new(name, TYPE_A);
+    r.bytes[..2].copy_from_slice(&id.to_be_bytes());
+    r.a(&ptr(QNAME_AT), 300, addr);
+    r.bytes
+}
+
+#[test]
+fn only_answers_to_the_cgroups_own_questions_to_declared_resolvers_teach() {
+    const ID: u16 = 0x4b1d;
+    const PORT: u16 = 41000;
+    let evil = Ipv4Addr::new(203, 0, 113, 66);
+    let ask = |f: &EgressFilter, to: Ipv4Addr, name: &str| {
+        f.test_run(&question_to(to, PORT, &dnsmsg::query(ID, name, TYPE_A)))
+            .unwrap();
+    };
+    struct Forgery {
+        name: &'static str,
+        run: Box<dyn Fn(&EgressFilter)>,
+        stats: SnoopStats,
+    }
+    let noted = |n: u64| SnoopStats {
+        questions_noted: n,
+        ..SnoopStats::default()
+    };
+    let forgeries = vec![
+        Forgery {
+            name: "an unsolicited answer (nothing asked)",
+            run: Box::new(move |f| {
+                answer_unasked(
+                    f,
+                    &answer_from(RESOLVER, PORT, &answer(ID, "allowed.test", evil)),
+                )
+            }),
+            stats: SnoopStats {
+                responses: 1,
+                unsolicited: 1,
+                ..SnoopStats::default()
+            },
+        },
+        Forgery {
+            name: "an answer from another address than the resolver asked",
+            run: Box::new(move |f| {
+                ask(f, RESOLVER, "allowed.test");
+                let other = Ipv4Addr::new(10, 96, 0, 11);
+                answer_unasked(
+                    f,
+                    &answer_from(other, PORT, &answer(ID, "allowed.test", evil)),
+                );
+            }),
+            stats: SnoopStats {
+                responses: 1,
+                untrusted_source: 1,
+                ..noted(1)
+            },
+        },
+        Forgery {
+            name: "an answer from loopback (the pod answering itself)",
+            run: Box::new(move |f| {
+                ask(f, RESOLVER, "allowed.test");
+                answer_unasked(
+                    f,
+                    &answer_from(Ipv4Addr::LOCALHOST, PORT, &answer(ID, "allowed.test", evil)),
+                );
+            }),
+            stats: SnoopStats {
+                responses: 1,
+                untrusted_source: 1,
+                ..noted(1)
+            },
+        },
+        Forgery {
+            name: "a question to an undeclared resolver, and its answer",
+            run: Box::new(move |f| {
+                let undeclared = Ipv4Addr::new(198, 51, 100, 53);
+                ask(f, undeclared, "allowed.test");
+                answer_unasked(
+                    f,
+                    &answer_from(undeclared, PORT, &answer(ID, "allowed.test", evil)),
+                );
+            }),
+            stats: SnoopStats {
+                responses: 1,
+                untrusted_source: 1,
+                questions_undeclared: 1,
+                ..SnoopStats::default()
+            },
+        },
+        Forgery {
+            name: "a wrong transaction id",
+            run: Box::new(move |f| {
+                ask(f, RESOLVER, "allowed.test");
+                answer_unasked(
+                    f,
+                    &answer_from(RESOLVER, PORT, &answer(ID ^ 1, "allowed.test", evil)),
+                );
+            }),
+            stats: SnoopStats {
+                responses: 1,
+                unsolicited: 1,
+                ..noted(1)
+            },
+        },
+        Forgery {
+            name: "a wrong port",
+            run: Box::new(move |f| {
+                ask(f, RESOLVER, "allowed.test");
+                answer_unasked(
+                    f,
+                    &answer_from(RESOLVER, PORT + 1, &answer(ID, "allowed.test", evil)),
+                );
+            }),
+            stats: SnoopStats {
+                responses: 1,
+                unsolicited: 1,
+                ..noted(1)
+            },
+        },
+        Forgery {
+            name: "the right id and port, another question",
+            run: Box::new(move |f| {
+                ask(f, RESOLVER, "elsewhere.test");
+                answer_unasked(
+                    f,
+                    &answer_from(RESOLVER, PORT, &answer(ID, "allowed.test", evil)),
+                );
+            }),
+            stats: SnoopStats {
+                responses: 1,
+                question_mismatch: 1,
+                ..noted(1)
+            },
+        },
+        Forgery {
+            name: "the right question, another type",
+            run: Box::new(move |f| {
+                f.test_run(&question_to(
+                    RESOLVER,
+                    PORT,
+                    &dnsmsg::query(ID, "allowed.test", TYPE_TXT),
+                ))
+                .unwrap();
+                answer_unasked(
+                    f,
+                    &answer_from(RESOLVER, PORT, &answer(ID, "allowed.test", evil)),
+                );
+            }),
+            stats: SnoopStats {
+                responses: 1,
+                question_mismatch: 1,
+                ..noted(1)
+            },
+        },
+    ];
+    let mut failures = Vec::new();
+    for forgery in &forgeries {
+        let f = snooping(&[("allowed.test", ALLOW)], domains_on());
+        (forgery.run)(&f);
+        let (got, got_stats) = (learned(&f), stats(&f));
+        if !got.is_empty() || got_stats != forgery.stats {
+            failures.push(format!(
+                "{}: learned {got:?}\n  stats {got_stats:?}\n   want {:?}",
+                forgery.name, forgery.stats
+            ));
+        } else {
+            println!("refused: {} ({} learned)", forgery.name, got.len());
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_question_is_answered_once_and_a_forgery_leaves_it_pending() {
+    const ID: u16 = 0x1234;
+    const PORT: u16 = 41000;
+    let f = snooping(&[("allowed.test", ALLOW)], domains_on());
+    let first = Ipv4Addr::new(192, 0, 2, 91);
+    let again = Ipv4Addr::new(192, 0, 2, 92);
+    f.test_run(&question_to(
+        RESOLVER,
+        PORT,
+        &dnsmsg::query(ID, "allowed.test", TYPE_A),
+    ))
+    .unwrap();
+    // A forgery with the right id for another name first: refused, and
+    // the question stays pending for its real answer.
+    answer_unasked(
+        &f,
+        &answer_from(RESOLVER, PORT, &answer(ID, "other.test", again)),
+    );
+    answer_unasked(
+        &f,
+        &answer_from(RESOLVER, PORT, &answer(ID, "allowed.test", first)),
+    );
+    // The question was consumed: a second answer teaches nothing.
+    answer_unasked(
+        &f,
+        &answer_from(RESOLVER, PORT, &answer(ID, "allowed.test", again)),
+    );
+    assert_eq!(learned(&f), [(SET, IpAddr::V4(first), ALLOW, 1)]);
+    let s = stats(&f);
+    assert_eq!(
+        (s.learned, s.question_mismatch, s.unsolicited),
+        (1, 1, 1),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn a_cgroup_notes_a_bounded_number_of_questions_a_second() {
+    let f = snooping(&[("allowed.test", ALLOW)], domains_on());
+    let question = question_to(RESOLVER, 41000, &dnsmsg::query(7, "allowed.test", TYPE_A));
+    let sent = 4 * kyverno_runtime_bpf::egress::DNS_QUESTIONS_PER_S;
+    let run = f
+        .test_run_repeat(&question, u32::try_from(sent).unwrap())
+        .unwrap();
+    let s = stats(&f);
+    let took = run.per_run * u32::try_from(sent).unwrap();
+    println!(
+        "{sent} questions in {took:?}: {} noted, {} over the budget",
+        s.questions_noted, s.questions_over_budget
+    );
+    assert_eq!(s.questions_noted + s.questions_over_budget, sent, "{s:?}");
+    // Each second of the run may note one budget's worth.
+    let seconds = took.as_secs() + 1;
+    assert!(
+        s.questions_noted <= seconds * kyverno_runtime_bpf::egress::DNS_QUESTIONS_PER_S,
+        "{s:?}"
+    );
+    assert!(s.questions_over_budget > 0, "{s:?}");
 }

@@ -822,12 +822,21 @@ fn resolves_and_connects(cg: &TempCgroup, resolver: &Resolver, name: &str, answe
 
 /// A filter with its snooper attached to a fresh cgroup, in the order the
 /// agent attaches them: the snooper, then the set and flags, then the
-/// filter. Detached in the reverse order on drop.
+/// filter, with [`DECLARED_RESOLVERS`] declared. Detached in the reverse
+/// order on drop.
 struct Snooped {
     filter: EgressFilter,
     cg: TempCgroup,
     links: Option<(CgroupLink, CgroupLink)>,
 }
+
+/// The resolvers the snooping tests declare (their answers may teach);
+/// 127.0.3.53 is the undeclared one.
+const DECLARED_RESOLVERS: [IpAddr; 3] = [
+    IpAddr::V4(Ipv4Addr::new(127, 0, 1, 53)),
+    IpAddr::V4(Ipv4Addr::new(127, 0, 2, 53)),
+    IpAddr::V4(Ipv4Addr::new(127, 0, 1, 54)),
+];
 
 impl Snooped {
     fn new(
@@ -855,6 +864,7 @@ impl Snooped {
                 )
                 .unwrap();
         }
+        filter.set_dns_resolvers(&DECLARED_RESOLVERS).unwrap();
         let cg = TempCgroup::new(&format!("traffic-{tag}"));
         let snoop = filter.attach_snoop(&cg.0).unwrap();
         assert_eq!(snoop.program(), "krt_dns_snoop");
@@ -967,6 +977,46 @@ fn an_answered_address_opens_a_default_deny_until_its_ttl_ends() {
     println!(
         "allowed.test learned and connected; other.test dropped; expired {expired_after:?} after the answer (TTL 1 s, minimum {DNS_TTL_MIN:?}); snooper {snoop:?}"
     );
+}
+
+#[test]
+fn an_undeclared_resolvers_answer_opens_nothing() {
+    // Issue 37, finding 1, over real sockets: a resolver on an address the
+    // node does not declare (what a pod answering itself is) answers
+    // allowed.test with an address the default deny then still drops.
+    let target = Ipv4Addr::new(127, 0, 0, 23);
+    let rogue = Resolver::start(
+        Ipv4Addr::new(127, 0, 3, 53),
+        &[("allowed.test", target, 300)],
+    );
+    let allow = DomainVerdicts {
+        allow: true,
+        deny: false,
+        observe: false,
+    };
+    let s = Snooped::new(
+        "snoop-rogue",
+        &["127.0.3.53/32"],
+        &[("allowed.test", allow)],
+        DOMAINS_DEFAULT_DENY,
+    );
+    assert!(
+        !resolves_and_connects(&s.cg, &rogue, "allowed.test", IpAddr::V4(target)),
+        "an undeclared resolver's answer opens nothing"
+    );
+    let snoop = s.filter.read_snoop_stats().unwrap();
+    assert_eq!(
+        (
+            snoop.responses,
+            snoop.learned,
+            snoop.untrusted_source,
+            snoop.questions_undeclared
+        ),
+        (1, 0, 1, 1),
+        "{snoop:?}"
+    );
+    assert_eq!(s.filter.learned().unwrap(), []);
+    println!("the rogue resolver's answer was refused: {snoop:?}");
 }
 
 #[test]

@@ -23,9 +23,10 @@
 //! id again, so an entry or flag the removal left behind shows there as a
 //! disagreement (its shrunk case may then not be the cause).
 //!
-//! Domain values: once a case's policies are programmed, the pod's DNS
-//! answers for each domain of the universe's cluster (A and AAAA records,
-//! from port 53) go through the real DNS answer snooper
+//! Domain values: once a case's policies are programmed, the pod asks the
+//! declared resolver about each domain of the universe's cluster (through
+//! the filter, which notes the question) and the answer (A and AAAA
+//! records, from port 53) goes through the real DNS answer snooper
 //! (`EgressFilter::test_run_snoop`), so the filter decides with what the
 //! kernel learned, as on a node.
 
@@ -76,13 +77,19 @@ struct Kernel {
     manager: EgressManager<EgressEnforcer<KernelEgress>>,
     cluster: Cluster,
     frames: Vec<(IpAddr, Vec<u8>)>,
-    answers: Vec<Vec<u8>>,
+    answers: Vec<(Vec<u8>, Vec<u8>)>,
     reporter: Reporter,
 }
 
-/// The frames of a DNS answer for each domain of `cluster`: one datagram
-/// from port 53 to the pod, its records the domain's addresses.
-fn answers(cluster: &Cluster) -> Vec<Vec<u8>> {
+/// The resolver the pod asks: the source address of the frame builders
+/// (`kyverno_runtime_bpf::frame`), declared to the filter.
+const RESOLVER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 99, 0, 1));
+
+/// For each domain of `cluster`, the pod's DNS question (from its port
+/// 40000 to the resolver's 53) and the resolver's answer, its records the
+/// domain's addresses: a question first, since only answers to questions
+/// the pod asked a declared resolver teach.
+fn answers(cluster: &Cluster) -> Vec<(Vec<u8>, Vec<u8>)> {
     let pod = SocketAddr::from(([10, 0, 0, 5], 40000));
     cluster
         .domains
@@ -95,7 +102,14 @@ fn answers(cluster: &Cluster) -> Vec<Vec<u8>> {
                     IpAddr::V6(a) => r.aaaa(&dnsmsg::ptr(dnsmsg::QNAME_AT), 300, *a),
                 };
             }
-            kyverno_runtime_bpf::frame::udp_datagram_to(53, pod, &r.bytes)
+            let id = u16::from_be_bytes([r.bytes[0], r.bytes[1]]);
+            let question = kyverno_runtime_bpf::frame::udp_datagram_to(
+                40000,
+                SocketAddr::new(RESOLVER, 53),
+                &dnsmsg::query(id, name, dnsmsg::TYPE_A),
+            );
+            let answer = kyverno_runtime_bpf::frame::udp_datagram_to(53, pod, &r.bytes);
+            (question, answer)
         })
         .collect()
 }
@@ -103,6 +117,11 @@ fn answers(cluster: &Cluster) -> Vec<Vec<u8>> {
 impl Kernel {
     fn new(cgroup: ContainerCgroup, cluster: Cluster) -> Result<Self, String> {
         let backend = EgressEnforcer::load().map_err(|e| e.to_string())?;
+        backend
+            .kernel()
+            .filter()
+            .set_dns_resolvers(&[RESOLVER])
+            .map_err(|e| e.to_string())?;
         let mut manager = EgressManager::new(backend).map_err(|e| e.to_string())?;
         let failures = manager.reconcile_adopted(&BTreeSet::new());
         if let Some(f) = failures.first() {
@@ -235,11 +254,15 @@ impl KernelCase for Kernel {
     /// The pod resolves every domain (what its set names is learned), then
     /// sends a frame to every address.
     fn probe(&mut self, policies: &[Policy], checked: &Cell<u64>) -> Result<(), String> {
-        for answer in &self.answers {
-            self.manager
-                .backend()
-                .kernel()
-                .filter()
+        // Asked and answered one by one (each answer consumes its
+        // question); the questions' own counters are drained before the
+        // first frame (probe_address).
+        let filter = self.manager.backend().kernel().filter();
+        for (question, answer) in &self.answers {
+            filter
+                .test_run(question)
+                .map_err(|e| format!("filter test run of a DNS question: {e}"))?;
+            filter
                 .test_run_snoop(answer)
                 .map_err(|e| format!("snooper test run: {e}"))?;
         }

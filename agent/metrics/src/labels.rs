@@ -40,6 +40,17 @@ pub enum DropReason {
     walk_limit,
     /// The learned-address map refused an address.
     learn_failed,
+    /// A DNS response that answers no question the pod asked a declared
+    /// resolver (from an undeclared address or loopback, a wrong id or
+    /// port, unasked, late, a second answer, or another question): nothing
+    /// learned (issue 37: forged answers open nothing).
+    answer_unsolicited,
+    /// A pod's DNS question to an address that is not a declared resolver
+    /// (`--dns-resolvers`): its answer will teach nothing.
+    question_undeclared,
+    /// A pod's DNS questions over its per-second budget, or unreadable:
+    /// not noted, so their answers teach nothing.
+    question_not_noted,
     /// A kernel map of per-key counters had no room for a new key: the
     /// occurrence was not counted anywhere (the open/exec observation map,
     /// the protocol classifier's decision map, a failed egress insert).

@@ -580,6 +580,29 @@ impl Engine {
             DropReason::learn_failed,
             delta(now.learn_failed, was.learn_failed),
         );
+        self.metrics.events_ingested(
+            "dnssnoop",
+            "question",
+            delta(now.questions_noted, was.questions_noted),
+        );
+        self.metrics.events_dropped(
+            "dnssnoop",
+            DropReason::answer_unsolicited,
+            delta(now.refused(), was.refused()),
+        );
+        self.metrics.events_dropped(
+            "dnssnoop",
+            DropReason::question_undeclared,
+            delta(now.questions_undeclared, was.questions_undeclared),
+        );
+        self.metrics.events_dropped(
+            "dnssnoop",
+            DropReason::question_not_noted,
+            delta(
+                now.questions_over_budget + now.questions_unreadable,
+                was.questions_over_budget + was.questions_unreadable,
+            ),
+        );
     }
 
     fn reprogrammed(&mut self, done: Reprogrammed) {

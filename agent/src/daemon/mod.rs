@@ -30,6 +30,7 @@
 pub(crate) mod convert;
 mod data;
 mod data_guard;
+mod dns_resolvers;
 mod engine;
 mod resolve;
 mod services;
@@ -80,6 +81,29 @@ fn protected_namespaces(args: &DaemonArgs) -> std::collections::BTreeSet<String>
         .collect()
 }
 
+/// Declares `--dns-resolvers` to the egress filter, saying in the log
+/// what was declared, what `auto` skipped, and when nothing is (domains
+/// then learn nothing).
+fn declare_dns_resolvers(m: &engine::Egress, specs: &[dns_resolvers::DnsResolver]) {
+    let declared = dns_resolvers::declare(specs, std::path::Path::new("/etc/resolv.conf"));
+    for why in &declared.skipped {
+        tracing::warn!(skipped = %why, "--dns-resolvers: not declared");
+    }
+    let list = declared
+        .addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    match m.backend().kernel().filter().set_dns_resolvers(&declared.addrs) {
+        Ok(()) if declared.addrs.is_empty() => tracing::warn!(
+            "no DNS resolver is declared (--dns-resolvers): policies naming domains learn no addresses on this node"
+        ),
+        Ok(()) => tracing::info!(resolvers = %list, "DNS answers teach domain addresses only from these resolvers, to questions pods asked them"),
+        Err(e) => tracing::error!(error = %e, resolvers = %list, "declaring the DNS resolvers failed: policies naming domains learn no addresses on this node"),
+    }
+}
+
 /// A `--data-http-allow` prefix: an address or CIDR.
 fn parse_prefix(s: &str) -> Result<kyverno_runtime_bpf::egress::Prefix, String> {
     s.trim()
@@ -121,6 +145,19 @@ pub struct DaemonArgs {
     /// addresses are never fetched.
     #[arg(long, env = "KRT_DATA_HTTP_ALLOW", value_delimiter = ',', value_parser = parse_prefix)]
     pub data_http_allow: Vec<kyverno_runtime_bpf::egress::Prefix>,
+    /// The DNS resolvers whose answers may teach policies naming domains
+    /// their addresses, comma-separated or repeated: IP addresses, or
+    /// `auto` (the nameservers of this process's /etc/resolv.conf, loopback
+    /// skipped). An answer from any other address, or to no question the
+    /// pod asked one of them, teaches nothing.
+    #[arg(
+        long,
+        env = "KRT_DNS_RESOLVERS",
+        value_delimiter = ',',
+        default_value = "auto",
+        value_parser = dns_resolvers::parse_dns_resolver
+    )]
+    pub dns_resolvers: Vec<dns_resolvers::DnsResolver>,
     /// Namespaces whose pods no enforce policy enforces on, comma-separated
     /// or repeated (the daemon's own namespace, `--pod-namespace`, is
     /// always one): a policy selecting their pods says so in its status,
@@ -361,7 +398,10 @@ fn load_backends(args: &DaemonArgs) -> Loaded {
                 .and_then(EgressManager::new)
                 .map_err(|e| format!("loading the egress filter: {e}"))
         }) {
-            Ok(m) => Slot::Ready(m),
+            Ok(m) => {
+                declare_dns_resolvers(&m, &args.dns_resolvers);
+                Slot::Ready(m)
+            }
             Err(e) => Slot::Unavailable(e),
         }
     };

@@ -57,16 +57,32 @@ const DOMAIN_RULES: &str = "egress_domain_rules";
 /// The generations cached verdicts are checked against (not pinned: a
 /// new load starts a new socket cache too).
 const GENERATION: &str = "egress_generation";
-/// The snooper's own map of counters (not pinned: counters since load).
+/// The snooper's counters, the question side added by the filter (not
+/// pinned: counters since load).
 const SNOOP_STATS: &str = "snoop_stats";
+/// The declared resolvers (`dnsquestion.h`; not pinned: written at every
+/// start).
+const RESOLVERS: &str = "dns_resolvers";
+/// The pending DNS questions (not pinned: a new load starts with none).
+const QUESTIONS: &str = "dns_questions";
+/// The DNS questions each cgroup noted this second (the filter's own).
+const QUESTION_BUDGET: &str = "dns_question_budget";
 
 /// The filter's maps the snooper object declares too (`egress_maps.h`)
 /// and reuses instead of creating.
-const SHARED_WITH_SNOOP: [&str; 4] = [CGROUP_FILTERS, DOMAINS, LEARNED, GENERATION];
+const SHARED_WITH_SNOOP: [&str; 7] = [
+    CGROUP_FILTERS,
+    DOMAINS,
+    LEARNED,
+    GENERATION,
+    RESOLVERS,
+    QUESTIONS,
+    SNOOP_STATS,
+];
 
 /// Every map pinned (all of the object's but libbpf's internal `.bss`, the
-/// generations, the per-socket verdict cache and its seen-once slots,
-/// which a new load starts afresh): the pin layout's (`crate::pins`), the one list the removal knows too.
+/// generations, the per-socket verdict cache and its seen-once slots, and
+/// the DNS question side, which a new load starts afresh): the pin layout's (`crate::pins`), the one list the removal knows too.
 const PINNED_MAPS: [&str; 15] = pins::EGRESS_MAPS;
 
 /// Subdirectories of a pin directory.
@@ -97,6 +113,12 @@ pub(super) struct Filter {
     domains: Map,
     learned: Map,
     domain_rules: Map,
+    /// The snooper's maps this object creates (see [`SHARED_WITH_SNOOP`]).
+    resolvers: Map,
+    questions: Map,
+    snoop_stats: Map,
+    /// Per-cgroup question budgets, reset when a cgroup is removed.
+    question_budget: Map,
     /// `egress_generation`, shared with the snooper.
     generation: Arc<PolicyGeneration>,
     /// What the occupancy bits of `cgroup_filters` are computed from.
@@ -653,6 +675,10 @@ impl Filter {
             domains: map(DOMAINS)?,
             learned: map(LEARNED)?,
             domain_rules: map(DOMAIN_RULES)?,
+            resolvers: map(RESOLVERS)?,
+            questions: map(QUESTIONS)?,
+            snoop_stats: map(SNOOP_STATS)?,
+            question_budget: map(QUESTION_BUDGET)?,
             generation,
             occupancy: Mutex::default(),
             snoop: Err(EgressError::SnoopUnavailable {
@@ -693,6 +719,9 @@ impl Filter {
             CGROUP_FILTERS => &self.cgroup_filters,
             DOMAINS => &self.domains,
             LEARNED => &self.learned,
+            RESOLVERS => &self.resolvers,
+            QUESTIONS => &self.questions,
+            SNOOP_STATS => &self.snoop_stats,
             GENERATION => return Some((GENERATION, &self.generation.handle)),
             _ => return None,
         };
@@ -1157,6 +1186,26 @@ impl Filter {
         self.entries_changed(&occupancy, set_id)
     }
 
+    pub(super) fn set_dns_resolvers(&self, addrs: &[IpAddr]) -> Result<()> {
+        let wanted: std::collections::BTreeSet<Vec<u8>> =
+            addrs.iter().map(|a| key::resolver_key(*a)).collect();
+        if wanted.len() > super::DNS_RESOLVERS_MAX {
+            return Err(EgressError::MapFull {
+                map: RESOLVERS,
+                max_entries: super::DNS_RESOLVERS_MAX as u32,
+            });
+        }
+        for old in self.resolvers.keys() {
+            if !wanted.contains(&old) {
+                self.resolvers.delete(&old)?;
+            }
+        }
+        for k in &wanted {
+            self.resolvers.update(k, &key::RESOLVER_VALUE)?;
+        }
+        Ok(())
+    }
+
     pub(super) fn snoop_error(&self) -> Option<&EgressError> {
         self.snoop.as_ref().err()
     }
@@ -1354,6 +1403,9 @@ impl Filter {
         let mut occupancy = self.occupancy();
         let removed = self.cgroup_filters.delete(&key::cgroup_key(cgroup_id))?;
         occupancy.cgroups.remove(&cgroup_id);
+        // A cgroup filtered again starts a new budget of DNS questions (an
+        // LRU: a stale entry would only go when the map is full).
+        self.question_budget.delete(&key::cgroup_key(cgroup_id))?;
         Ok(removed)
     }
 
@@ -1588,7 +1640,20 @@ mod tests {
         for name in &names {
             assert!(
                 PINNED_MAPS.contains(&name.as_str())
-                    || [GENERATION, "egress_sock_cache", "egress_seen"].contains(&name.as_str())
+                    || [
+                        GENERATION,
+                        "egress_sock_cache",
+                        "egress_seen",
+                        // The DNS question side: rewritten at every start
+                        // (the resolvers), or short-lived (the questions
+                        // and budgets), or counters since load.
+                        RESOLVERS,
+                        QUESTIONS,
+                        QUESTION_BUDGET,
+                        SNOOP_STATS,
+                        "question_scratch",
+                    ]
+                    .contains(&name.as_str())
                     || name.ends_with(".bss"),
                 "{name} is neither pinned nor known to stay unpinned"
             );

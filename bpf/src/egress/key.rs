@@ -41,6 +41,7 @@ type LearnedValue = types::krt_egress_learned;
 type DomainRuleKey = types::krt_egress_domain_rule_key;
 type HostKey = types::krt_egress_host_key;
 type HostValue = types::krt_egress_host;
+type ResolverKey = types::krt_dns_resolver_key;
 type SnoopStatsValue = crate::skel::dnssnoop::snoop::types::krt_dns_snoop_stats;
 
 /// `KRT_EGRESS_LAYOUT_VERSION` in `egress_filter.bpf.c`, which the public constant
@@ -600,6 +601,26 @@ pub(super) fn learned_key(set_id: u32, addr: IpAddr) -> Vec<u8> {
     key
 }
 
+/// The `dns_resolvers` key of a declared resolver (an IPv4-mapped IPv6
+/// address as the IPv4 address its packets carry).
+pub(super) fn resolver_key(addr: IpAddr) -> Vec<u8> {
+    let mut key = vec![0u8; size_of::<ResolverKey>()];
+    let (family, octets) = match addr.to_canonical() {
+        IpAddr::V4(a) => (Family::KRT_EGRESS_IPV4.0, a.octets().to_vec()),
+        IpAddr::V6(a) => (Family::KRT_EGRESS_IPV6.0, a.octets().to_vec()),
+    };
+    put(
+        &mut key,
+        offset_of!(ResolverKey, family),
+        &family.to_ne_bytes(),
+    );
+    put(&mut key, offset_of!(ResolverKey, addr), &octets);
+    key
+}
+
+/// The `dns_resolvers` value (a presence flag).
+pub(super) const RESOLVER_VALUE: [u8; 1] = [1];
+
 /// The `egress_learned` value: expiry (`bpf_ktime_get_ns` time), sides,
 /// name id.
 pub(super) fn learned_value(expires_ns: u64, verdicts: DomainVerdicts, name_id: u32) -> Vec<u8> {
@@ -711,6 +732,13 @@ pub(super) fn sum_snoop_stats(per_cpu: &[Vec<u8>]) -> Option<SnoopStats> {
         s.walk_limit += field(offset_of!(SnoopStatsValue, walk_limit))?;
         s.unsupported += field(offset_of!(SnoopStatsValue, unsupported))?;
         s.learn_failed += field(offset_of!(SnoopStatsValue, learn_failed))?;
+        s.untrusted_source += field(offset_of!(SnoopStatsValue, untrusted_source))?;
+        s.unsolicited += field(offset_of!(SnoopStatsValue, unsolicited))?;
+        s.question_mismatch += field(offset_of!(SnoopStatsValue, question_mismatch))?;
+        s.questions_noted += field(offset_of!(SnoopStatsValue, questions_noted))?;
+        s.questions_undeclared += field(offset_of!(SnoopStatsValue, questions_undeclared))?;
+        s.questions_over_budget += field(offset_of!(SnoopStatsValue, questions_over_budget))?;
+        s.questions_unreadable += field(offset_of!(SnoopStatsValue, questions_unreadable))?;
     }
     Some(s)
 }
@@ -1103,11 +1131,13 @@ mod tests {
     #[test]
     fn snoop_stats_sum_over_cpus() {
         let cpu =
-            |base: u64| -> Vec<u8> { (0..9u64).flat_map(|i| (base + i).to_ne_bytes()).collect() };
+            |base: u64| -> Vec<u8> { (0..16u64).flat_map(|i| (base + i).to_ne_bytes()).collect() };
         let s = sum_snoop_stats(&[cpu(0), cpu(10)]).unwrap();
         assert_eq!(s.responses, 10);
         assert_eq!(s.learned, 12);
         assert_eq!(s.learn_failed, 8 + 18);
+        assert_eq!(s.untrusted_source, 9 + 19);
+        assert_eq!(s.questions_unreadable, 15 + 25);
         assert_eq!(sum_snoop_stats(&[vec![0; 8]]), None);
     }
 

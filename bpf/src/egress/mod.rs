@@ -65,6 +65,20 @@
 //! known before the first connect. The filter then treats an unexpired
 //! learned address like an entry of the side its bits say.
 //!
+//! Only answers to questions the cgroup asked teach anything
+//! (`bpf/include/dnsquestion.h`): the filter notes every DNS question a
+//! cgroup whose set names domains sends to a *declared resolver*
+//! ([`EgressFilter::set_dns_resolvers`]), keyed by the cgroup, the
+//! resolver, the client's port and the transaction id, with its question
+//! section; the snooper learns from a response only when it comes from a
+//! declared resolver and answers such a question, unexpired
+//! ([`DNS_QUESTION_TIMEOUT`]), with the same question section, and the
+//! question is then consumed. A pod answering itself, an answer from
+//! loopback or any undeclared address, a wrong id or port, and an
+//! unsolicited or second answer are counted ([`SnoopStats::refused`]) and
+//! teach nothing. A cgroup notes at most [`DNS_QUESTIONS_PER_S`] questions
+//! a second, so it cannot flush its neighbours' pending questions.
+//!
 //! It is a convenience, not a containment boundary: DNS over TCP, TLS or
 //! HTTPS is not read, an answer the pod cached before the set named the
 //! domain teaches nothing, and an address shared with other names (a CDN,
@@ -192,6 +206,19 @@ pub const DNS_TTL_MIN: std::time::Duration = std::time::Duration::from_secs(5);
 /// The longest time a learned address counts, whatever its record's TTL
 /// (`KRT_DNS_TTL_MAX_S`).
 pub const DNS_TTL_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The most DNS resolvers [`EgressFilter::set_dns_resolvers`] declares
+/// (`KRT_DNS_RESOLVERS_MAX`).
+pub const DNS_RESOLVERS_MAX: usize = 64;
+
+/// How long a DNS question waits for its answer
+/// (`KRT_DNS_QUESTION_TIMEOUT_S`): a later answer teaches nothing.
+pub const DNS_QUESTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// DNS questions one cgroup may have noted per second
+/// (`KRT_DNS_QUESTIONS_PER_S`); more are counted, not noted, so one pod
+/// cannot flush its neighbours' pending questions.
+pub const DNS_QUESTIONS_PER_S: u64 = 512;
 
 /// Result of the egress filter's operations.
 pub type Result<T, E = EgressError> = std::result::Result<T, E>;
@@ -416,6 +443,26 @@ pub struct SnoopStats {
     pub unsupported: u64,
     /// Learned addresses the map refused.
     pub learn_failed: u64,
+    /// Responses not from a declared resolver: nothing learned (a pod
+    /// answering itself, loopback, a forged source address).
+    pub untrusted_source: u64,
+    /// Responses from a declared resolver that answer no pending question
+    /// of the receiving cgroup (wrong id or port, late, unasked, or a
+    /// second answer): nothing learned.
+    pub unsolicited: u64,
+    /// Responses to a pending question with another question section:
+    /// nothing learned.
+    pub question_mismatch: u64,
+    /// DNS questions to declared resolvers noted, awaiting answers.
+    pub questions_noted: u64,
+    /// DNS questions to addresses that are not declared resolvers (their
+    /// answers teach nothing): a resolver the node should declare, or a
+    /// pod going around the cluster's DNS.
+    pub questions_undeclared: u64,
+    /// DNS questions over a cgroup's per-second budget: not noted.
+    pub questions_over_budget: u64,
+    /// DNS questions that could not be read or noted.
+    pub questions_unreadable: u64,
 }
 
 impl SnoopStats {
@@ -424,6 +471,12 @@ impl SnoopStats {
     /// record it passed).
     pub const fn unreadable(&self) -> u64 {
         self.malformed + self.name_too_long + self.walk_limit + self.unsupported
+    }
+
+    /// Responses refused because they answer no question the cgroup asked
+    /// a declared resolver (each is also a response it passed).
+    pub const fn refused(&self) -> u64 {
+        self.untrusted_source + self.unsolicited + self.question_mismatch
     }
 }
 
@@ -812,6 +865,17 @@ impl EgressFilter {
     /// kernel refused it): domains cannot be served then.
     pub fn snoop_error(&self) -> Option<&EgressError> {
         self.inner.snoop_error()
+    }
+
+    /// Declares the DNS resolvers whose answers the snooper may learn
+    /// from (replacing the set declared before): the cluster DNS Service
+    /// addresses, node-local DNS, what the operator lists. An answer from
+    /// any other address, or one that answers no question the receiving
+    /// cgroup asked a declared resolver, teaches nothing (see the [module
+    /// docs](self#domain-names-the-dns-answer-snooper)). With none
+    /// declared, domains learn nothing. At most [`DNS_RESOLVERS_MAX`].
+    pub fn set_dns_resolvers(&self, addrs: &[IpAddr]) -> Result<()> {
+        self.inner.set_dns_resolvers(addrs)
     }
 
     /// The snooper's counters, summed over CPUs, since its load.

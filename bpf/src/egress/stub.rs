@@ -144,6 +144,10 @@ impl Filter {
         match *self {}
     }
 
+    pub(super) fn set_dns_resolvers(&self, _: &[IpAddr]) -> Result<()> {
+        match *self {}
+    }
+
     pub(super) fn snoop_error(&self) -> Option<&EgressError> {
         match *self {}
     }

@@ -146,6 +146,29 @@ pub fn query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
     q
 }
 
+/// The query `response` answers: its id, RD, one question, and its
+/// question section byte for byte (labels up to the root label or a
+/// pointer, then type and class); `None` when that cannot be cut out.
+pub fn question_of(response: &[u8]) -> Option<Vec<u8>> {
+    let mut at = QNAME_AT;
+    loop {
+        let len = *response.get(at)?;
+        if len == 0 {
+            at += 1;
+            break;
+        }
+        if len & 0xc0 == 0xc0 {
+            at += 2;
+            break;
+        }
+        at += 1 + usize::from(len);
+    }
+    let mut q = response.get(0..2)?.to_vec();
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    q.extend_from_slice(response.get(QNAME_AT..at + 4)?);
+    Some(q)
+}
+
 /// The question name of a query (uncompressed, as [`query`] writes it),
 /// lowercased and dotted; `None` if it cannot be read.
 pub fn question_name(msg: &[u8]) -> Option<String> {

@@ -31,6 +31,8 @@ pub struct DaemonConfig {
     pub metrics_addr: String,
     /// Echo the log (`KRT_VERBOSE`).
     pub verbose: bool,
+    /// --dns-resolvers (none: the daemon's default, `auto`).
+    pub dns_resolvers: Vec<std::net::IpAddr>,
 }
 
 /// The running daemon.
@@ -58,6 +60,10 @@ impl Daemon {
                 "--pin-dir",
             ])
             .arg(&cfg.pin_dir)
+            .args((!cfg.dns_resolvers.is_empty()).then(|| {
+                let list: Vec<String> = cfg.dns_resolvers.iter().map(ToString::to_string).collect();
+                format!("--dns-resolvers={}", list.join(","))
+            }))
             .args(extra)
             .env("NODE_NAME", &cfg.node)
             .env("POD_NAMESPACE", &cfg.system_namespace)

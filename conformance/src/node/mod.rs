@@ -137,6 +137,16 @@ impl NodeHalf {
             pin_dir: plan.bpffs.join("kyverno-runtime"),
             metrics_addr: plan.metrics_addr.clone(),
             verbose: plan.verbose,
+            // The scenarios' resolvers are on the sandbox's loopback, which
+            // the daemon's `auto` never trusts: declared explicitly, as on
+            // a test node.
+            dns_resolvers: plan
+                .scenarios
+                .iter()
+                .filter_map(|s| s.resolver.as_ref().map(|r| r.address))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect(),
         };
         let sandbox = net::Sandbox::create().context("creating the workloads' network")?;
         let cgroup_root = kubelet::cgroup2_root()?;
