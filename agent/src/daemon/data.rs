@@ -13,6 +13,13 @@
 //! ignores an answer that is not for its latest request; an interval that
 //! comes round while a fetch is under way waits for it.
 //!
+//! Each node fetches for itself (there is no cluster-wide fetcher): a
+//! policy's sources when it changes, then every `evaluationInterval` plus
+//! a random delay of up to a tenth of it (`Engine::evaluate`), so a fleet's
+//! nodes spread their fetches over the interval instead of all asking at
+//! its start; and a source several policies on the node read is fetched
+//! once per [`SHARE_WINDOW`] and shared.
+//!
 //! `resource.*` go through the daemon's own kube client and credentials
 //! (its RBAC: the chart's `rbac.extraRules`), as raw GETs on the path the
 //! apiVersion and resource name (no discovery, no kind needed), the body
@@ -82,7 +89,18 @@ pub struct Fetcher {
     http_error: Option<String>,
     ready: mpsc::UnboundedSender<DataReady>,
     inflight: Mutex<HashMap<String, AbortHandle>>,
+    /// Fetches started within [`SHARE_WINDOW`], by source: every policy on
+    /// this node reading a source shares one fetch of it.
+    recent: Mutex<HashMap<DataSource, (Instant, SharedFetch)>>,
 }
+
+/// One fetch of a source, awaited by every policy that asked for it.
+type SharedFetch = futures::future::Shared<futures::future::BoxFuture<'static, Fetched>>;
+
+/// How long a fetch of a source serves other policies on the node: the
+/// policies that read one source (a list of registries, an allow-list)
+/// fetch it once per window, not once each.
+pub const SHARE_WINDOW: Duration = Duration::from_secs(5);
 
 impl Fetcher {
     /// A fetcher using `client` for `resource.*`, answering on `ready`;
@@ -109,6 +127,7 @@ impl Fetcher {
             http_error,
             ready,
             inflight: Mutex::new(HashMap::new()),
+            recent: Mutex::new(HashMap::new()),
         })
     }
 
@@ -119,7 +138,7 @@ impl Fetcher {
         let policy = request.policy.clone();
         let task = tokio::spawn(async move {
             let start = Instant::now();
-            let fetches = request.sources.iter().map(|s| me.fetch(s));
+            let fetches = request.sources.iter().map(|s| me.shared_fetch(s));
             let results = futures::future::join_all(fetches).await;
             let mut data = DataSet::new();
             for (source, result) in request.sources.iter().zip(results) {
@@ -153,6 +172,28 @@ impl Fetcher {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, AbortHandle>> {
         self.inflight.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Fetches `source`, or joins the fetch of it another policy started
+    /// within [`SHARE_WINDOW`] (its result when it is done). A request
+    /// aborted by its policy's change leaves the shared fetch to the
+    /// others.
+    async fn shared_fetch(self: &Arc<Self>, source: &DataSource) -> Fetched {
+        use futures::FutureExt as _;
+        let shared = {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            recent.retain(|_, (started, _)| started.elapsed() < SHARE_WINDOW);
+            match recent.get(source) {
+                Some((_, fetch)) => fetch.clone(),
+                None => {
+                    let (me, s) = (self.clone(), source.clone());
+                    let fetch = async move { me.fetch(&s).await }.boxed().shared();
+                    recent.insert(source.clone(), (Instant::now(), fetch.clone()));
+                    fetch
+                }
+            }
+        };
+        shared.await
     }
 
     async fn fetch(&self, source: &DataSource) -> Fetched {
@@ -440,6 +481,62 @@ mod tests {
             assert_eq!(got, Ok(()), "{url}");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), urls.len());
+    }
+
+    #[test]
+    fn policies_reading_one_source_share_one_fetch_on_a_node() {
+        let (port, accepted) = server();
+        let url = format!("http://127.0.0.1:{port}/list");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let answers = rt.block_on(async {
+            let client =
+                kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                    .unwrap();
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let guard = DataGuard::new(vec!["127.0.0.0/8".parse::<Prefix>().unwrap()]);
+            let fetcher = Fetcher::new(client, tx, guard);
+            let source = DataSource::HttpGet { url: url.clone() };
+            let other = DataSource::HttpGet {
+                url: format!("{url}?other"),
+            };
+            for (i, sources) in [
+                vec![source.clone()],
+                vec![source.clone(), other.clone()],
+                vec![other],
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                fetcher.request(DataRequest {
+                    policy: format!("p{i}"),
+                    uid: format!("u{i}"),
+                    epoch: 1,
+                    sources,
+                });
+            }
+            let mut answers = Vec::new();
+            for _ in 0..3 {
+                answers.push(rx.recv().await.unwrap());
+            }
+            answers
+        });
+        let source = DataSource::HttpGet { url: url.clone() };
+        for a in &answers {
+            assert!(!a.data.is_empty(), "{}: {:?}", a.policy, a.data);
+            if a.policy != "p2" {
+                assert!(
+                    matches!(a.data.get(&source), Some(Ok(_))),
+                    "{}: {:?}",
+                    a.policy,
+                    a.data
+                );
+            }
+        }
+        // Three policies, four reads of two sources: two fetches.
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 
     #[test]

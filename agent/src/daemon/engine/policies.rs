@@ -343,6 +343,14 @@ impl Engine {
             return false;
         };
         let sources = compiled.sources().to_vec();
+        if !sources.is_empty() {
+            // Spread the fleet's fetches over the interval (data.rs).
+            let random = std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                Instant::now(),
+            );
+            state.next_evaluation = state.interval.map(|d| Instant::now() + jittered(d, random));
+        }
         if let (false, Some(fetcher)) = (sources.is_empty(), &self.fetcher) {
             if state.awaiting_data {
                 // The interval came round while the last fetch is still
@@ -625,4 +633,42 @@ fn summary(result: &EvaluationResult, disclosure: &Disclosure) -> String {
         }
         format!("[{out}]")
     })
+}
+
+/// When a policy that reads data sources is evaluated again: its interval
+/// plus `random`'s share of up to a tenth of it, so that the nodes of a
+/// fleet, which all fetch for themselves, spread their fetches over the
+/// interval instead of asking together at its start.
+fn jittered(interval: Duration, random: u64) -> Duration {
+    let spread = u64::try_from((interval / 10).as_nanos()).unwrap_or(u64::MAX);
+    if spread == 0 {
+        return interval;
+    }
+    interval.saturating_add(Duration::from_nanos(random % spread))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::jittered;
+    use std::time::Duration;
+
+    #[test]
+    fn a_data_policys_next_evaluation_is_spread_over_a_tenth_of_its_interval() {
+        let interval = Duration::from_secs(60);
+        let mut seen = std::collections::BTreeSet::new();
+        for random in [0, 1, 5_999_999_999, 6_000_000_000, u64::MAX, 12_345_678_901] {
+            let d = jittered(interval, random);
+            assert!(
+                interval <= d && d < interval + Duration::from_secs(6),
+                "{random}: {d:?}"
+            );
+            seen.insert(d);
+        }
+        assert!(seen.len() > 3, "spread, not one value: {seen:?}");
+        assert_eq!(jittered(Duration::ZERO, 7), Duration::ZERO);
+        assert_eq!(
+            jittered(Duration::from_nanos(9), 7),
+            Duration::from_nanos(9)
+        );
+    }
 }
