@@ -125,6 +125,30 @@ struct {
 	__type(value, __u64);
 } observations SEC(".maps");
 
+/*
+ * Each set's share of `observations` (issue 37: one pod must not evict
+ * its neighbours' counts). Userspace writes the share (new keys a set may
+ * start per drain: the map's size over the sets in use, so the shares sum
+ * to at most the map and the LRU never has to evict) and the drain epoch,
+ * which it advances after each drain (that removed what it read).
+ * Observations of a set past its share are not counted, and counted as
+ * such in its budget. Not pinned: a new load starts afresh.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KRT_EGRESS_OBS_SHARE_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} observe_share SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_CGROUPS);
+	__type(key, __u32);
+	__type(value, struct krt_egress_obs_budget);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} observe_budget SEC(".maps");
+
 /* Outcome counters, one struct per CPU (no atomics needed). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -315,6 +339,7 @@ enum krt_egress_policy_flag krt_egress_policy_flag_btf_anchor = 0;
 enum krt_egress_domain_verdict krt_egress_domain_verdict_btf_anchor = 0;
 enum krt_egress_generation_slot krt_egress_generation_slot_btf_anchor = 0;
 struct krt_egress_sock_cache krt_egress_sock_cache_btf_anchor = {};
+enum krt_egress_obs_share_slot krt_egress_obs_share_slot_btf_anchor = 0;
 
 static __always_inline void count(__u64 *counter)
 {
@@ -334,6 +359,44 @@ struct destination {
 		__u64 words[2];
 	};
 };
+
+/*
+ * Whether the set may start one more key in `observations` this drain
+ * epoch (charged if so; see observe_share). No share written: no limit.
+ */
+static __always_inline bool observe_within_share(__u32 set_id)
+{
+	__u32 epoch_slot = KRT_EGRESS_OBS_EPOCH, share_slot = KRT_EGRESS_OBS_SHARE;
+	struct krt_egress_obs_budget *b, fresh = {};
+	__u64 *epoch, *share, e, limit;
+
+	epoch = bpf_map_lookup_elem(&observe_share, &epoch_slot);
+	share = bpf_map_lookup_elem(&observe_share, &share_slot);
+	if (!epoch || !share)
+		return true;
+	limit = *share;
+	if (limit == 0)
+		return true;
+	e = *epoch;
+	b = bpf_map_lookup_elem(&observe_budget, &set_id);
+	if (!b) {
+		fresh.epoch = e;
+		fresh.started = 1;
+		bpf_map_update_elem(&observe_budget, &set_id, &fresh, BPF_ANY);
+		return true;
+	}
+	if (b->epoch != e) {
+		b->epoch = e;
+		b->started = 1;
+		return true;
+	}
+	if (b->started >= limit) {
+		__sync_fetch_and_add(&b->over_share, 1);
+		return false;
+	}
+	__sync_fetch_and_add(&b->started, 1);
+	return true;
+}
 
 /*
  * Adds one to the (set, family, destination, decision) counter; the
@@ -367,6 +430,8 @@ static __always_inline int observe(__u32 set_id, __u32 family,
 	st = bpf_map_lookup_elem(&stats, &zero);
 	if (!st)
 		return 0; /* cannot happen: a one-element array */
+	if (!observe_within_share(set_id))
+		return 0;
 	err = bpf_map_update_elem(&observations, &key, &one, BPF_NOEXIST);
 	if (err == 0) {
 		count(&st->observe_inserted);

@@ -272,6 +272,24 @@ struct krt_egress_stats {
 	__u64 cache_failed;
 };
 
+/* Slots of `observe_share` (egress_filter.bpf.c). */
+enum krt_egress_obs_share_slot {
+	/* The drain epoch: userspace advances it after every drain. */
+	KRT_EGRESS_OBS_EPOCH = 0,
+	/* New `observations` keys a set may start per epoch; 0: no limit. */
+	KRT_EGRESS_OBS_SHARE = 1,
+	KRT_EGRESS_OBS_SHARE_SLOTS = 2,
+};
+
+/* Value of `observe_budget`, by set id. */
+struct krt_egress_obs_budget {
+	__u64 epoch; /* the drain epoch `started` counts in */
+	__u64 started; /* keys the set started in that epoch */
+	/* Observations not counted because the set was past its share,
+	 * since the entry was made (cumulative). */
+	__u64 over_share;
+};
+
 /*
  * Slots of `egress_generation`. Every cached verdict holds the values of
  * both as they were read before the lookups that produced it; a value

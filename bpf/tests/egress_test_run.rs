@@ -1122,3 +1122,68 @@ fn a_sockets_later_packets_take_its_cached_verdict() {
         "{after:?}"
     );
 }
+
+/// Issue 37, finding 5: one container flooding distinct destinations
+/// cannot evict another's counts. Two sets are in use (this process's
+/// cgroup, and a cgroup id standing for a neighbour), so each may start
+/// half of the observation map per drain; the neighbour's set counts a
+/// destination first (the least recently used key), then the flooding
+/// set sends to more distinct destinations than the whole map holds. Before
+/// the shares, the map's LRU evicted the neighbour's key.
+#[test]
+fn a_set_flooding_destinations_keeps_to_its_share_and_evicts_no_neighbour() {
+    let _g = shared();
+    const FLOODER: u32 = 11;
+    const NEIGHBOUR: u32 = 12;
+    let observe = FilterFlags {
+        observe: true,
+        ..FilterFlags::default()
+    };
+    let f = EgressFilter::load().unwrap();
+    f.set_filter(own_cgroup_id() + 1_000_000, FLOODER, observe)
+        .unwrap();
+    f.set_filter(own_cgroup_id(), NEIGHBOUR, observe).unwrap();
+    let share = f.observation_share().unwrap().unwrap();
+    assert_eq!(share, kyverno_runtime_bpf::egress::OBSERVATIONS_MAX / 2);
+    assert_eq!(f.test_run(&Frame::V4("192.0.2.77").bytes()).unwrap(), PASS);
+
+    // This process's cgroup now speaks for the flooding set.
+    f.set_filter(own_cgroup_id(), FLOODER, observe).unwrap();
+    f.set_filter(own_cgroup_id() + 1_000_000, NEIGHBOUR, observe)
+        .unwrap();
+    let flood = kyverno_runtime_bpf::egress::OBSERVATIONS_MAX + 1_000;
+    for i in 0..flood {
+        let dst = Ipv4Addr::from(0x0a00_0000 + u32::try_from(i).unwrap());
+        let frame = kyverno_runtime_bpf::frame::udp_to(IpAddr::V4(dst));
+        assert_eq!(f.test_run(&frame).unwrap(), PASS);
+    }
+    let over = f.observations_over_share().unwrap();
+    let got = f.drain_observations().unwrap();
+    let of = |set: u32| got.iter().filter(|o| o.set_id == set).count() as u64;
+    println!(
+        "share {share}: flooding set counted {} destinations, {over:?} past its share; neighbour {}",
+        of(FLOODER),
+        of(NEIGHBOUR)
+    );
+    assert_eq!(of(FLOODER), share, "the flooder kept to its share");
+    assert_eq!(
+        over,
+        [(FLOODER, flood - share)],
+        "every observation past it counted"
+    );
+    assert!(
+        got.iter().any(|o| o.set_id == NEIGHBOUR
+            && o.destination == IpAddr::V4(Ipv4Addr::new(192, 0, 2, 77))
+            && o.count == 1),
+        "the neighbour's count survived the flood"
+    );
+    let stats = f.read_stats().unwrap();
+    assert_eq!(stats.observe_failed, 0, "{stats:?}");
+
+    // The drain starts every share again.
+    let dst = Ipv4Addr::new(198, 51, 100, 1);
+    f.test_run(&kyverno_runtime_bpf::frame::udp_to(IpAddr::V4(dst)))
+        .unwrap();
+    let again = f.drain_observations().unwrap();
+    assert_eq!(again.len(), 1, "{again:?}");
+}

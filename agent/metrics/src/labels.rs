@@ -58,6 +58,11 @@ pub enum DropReason {
     /// The bounded (least-recently-used) egress observation map evicted a
     /// key before a drain read it: that destination's count was lost.
     evicted,
+    /// A container sent to more distinct destinations in one drain interval
+    /// than its share of the egress observation map (the map's size over
+    /// the containers filtered): those were not counted, so that it evicts
+    /// no other container's counts.
+    over_share,
 }
 
 /// Why an event source failed (`source_failures_total{reason}`).

@@ -67,6 +67,10 @@ const RESOLVERS: &str = "dns_resolvers";
 const QUESTIONS: &str = "dns_questions";
 /// The DNS questions each cgroup noted this second (the filter's own).
 const QUESTION_BUDGET: &str = "dns_question_budget";
+/// The drain epoch and each set's share of `observations` (not pinned).
+const OBSERVE_SHARE: &str = "observe_share";
+/// Each set's use of its share (not pinned).
+const OBSERVE_BUDGET: &str = "observe_budget";
 
 /// The filter's maps the snooper object declares too (`egress_maps.h`)
 /// and reuses instead of creating.
@@ -119,6 +123,12 @@ pub(super) struct Filter {
     snoop_stats: Map,
     /// Per-cgroup question budgets, reset when a cgroup is removed.
     question_budget: Map,
+    /// The drain epoch and the per-set share of `observations`, and each
+    /// set's use of it.
+    observe_share: Map,
+    observe_budget: Map,
+    /// The drain epoch last written.
+    observe_epoch: AtomicU64,
     /// `egress_generation`, shared with the snooper.
     generation: Arc<PolicyGeneration>,
     /// What the occupancy bits of `cgroup_filters` are computed from.
@@ -679,6 +689,9 @@ impl Filter {
             questions: map(QUESTIONS)?,
             snoop_stats: map(SNOOP_STATS)?,
             question_budget: map(QUESTION_BUDGET)?,
+            observe_share: map(OBSERVE_SHARE)?,
+            observe_budget: map(OBSERVE_BUDGET)?,
+            observe_epoch: AtomicU64::new(0),
             generation,
             occupancy: Mutex::default(),
             snoop: Err(EgressError::SnoopUnavailable {
@@ -1396,13 +1409,33 @@ impl Filter {
             &key::filter_value(set_id, flags, occupancy.bits(set_id)),
         )?;
         occupancy.cgroups.insert(cgroup_id, (set_id, flags));
-        Ok(())
+        self.write_observation_share(&occupancy)
+    }
+
+    /// Gives each set in use an equal share of `observations` per drain
+    /// (see `observe_share` in the program): the shares sum to at most
+    /// the map, so its LRU never evicts one set's counts for another's.
+    fn write_observation_share(&self, occupancy: &Occupancy) -> Result<()> {
+        let sets: std::collections::BTreeSet<u32> =
+            occupancy.cgroups.values().map(|(set, _)| *set).collect();
+        let share = super::OBSERVATIONS_MAX / u64::try_from(sets.len().max(1)).unwrap_or(u64::MAX);
+        self.observe_share.update(
+            &key::obs_share_slot(key::ObsShareSlot::Share),
+            &share.max(1).to_ne_bytes(),
+        )
     }
 
     pub(super) fn remove_cgroup(&self, cgroup_id: u64) -> Result<bool> {
         let mut occupancy = self.occupancy();
         let removed = self.cgroup_filters.delete(&key::cgroup_key(cgroup_id))?;
-        occupancy.cgroups.remove(&cgroup_id);
+        if let Some((set_id, _)) = occupancy.cgroups.remove(&cgroup_id) {
+            // A set no cgroup uses any more is freed (its id reused): its
+            // budget goes with it.
+            if !occupancy.cgroups.values().any(|(s, _)| *s == set_id) {
+                self.observe_budget.delete(&set_id.to_ne_bytes())?;
+            }
+        }
+        self.write_observation_share(&occupancy)?;
         // A cgroup filtered again starts a new budget of DNS questions (an
         // LRU: a stale entry would only go when the map is full).
         self.question_budget.delete(&key::cgroup_key(cgroup_id))?;
@@ -1552,6 +1585,12 @@ impl Filter {
             .collect::<Result<Vec<_>>>()?;
         let values = sys::take_each(&map.handle, &keys).map_err(|(op, e)| map.err(op, &e))?;
         let taken = values.iter().filter(|v| v.is_some()).count();
+        // What was read is gone: every set's share starts again.
+        let epoch = self.observe_epoch.fetch_add(1, Ordering::Relaxed) + 1;
+        self.observe_share.update(
+            &key::obs_share_slot(key::ObsShareSlot::Epoch),
+            &epoch.to_ne_bytes(),
+        )?;
         self.observations_taken
             .fetch_add(u64::try_from(taken).unwrap_or(u64::MAX), Ordering::Relaxed);
         let mut out = Vec::with_capacity(keys.len());
@@ -1565,6 +1604,43 @@ impl Filter {
             }
         }
         Ok(out)
+    }
+
+    pub(super) fn observations_over_share(&self) -> Result<Vec<(u32, u64)>> {
+        let map = &self.observe_budget;
+        let mut out = Vec::new();
+        for k in map.keys() {
+            let Some(value) = map
+                .handle
+                .lookup(&k, MapFlags::ANY)
+                .map_err(|e| map.err("lookup", &e))?
+            else {
+                continue;
+            };
+            let (set_id, over) = key::decode_obs_budget(&k, &value).ok_or_else(|| {
+                map.layout(format!("an entry of {} and {} bytes", k.len(), value.len()))
+            })?;
+            if over > 0 {
+                out.push((set_id, over));
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    pub(super) fn observation_share(&self) -> Result<Option<u64>> {
+        let map = &self.observe_share;
+        let value = map
+            .handle
+            .lookup(
+                &key::obs_share_slot(key::ObsShareSlot::Share),
+                MapFlags::ANY,
+            )
+            .map_err(|e| map.err("lookup", &e))?
+            .ok_or_else(|| map.layout("no share slot".to_owned()))?;
+        let share = key::decode_count(&value)
+            .ok_or_else(|| map.layout(format!("a value of {} bytes", value.len())))?;
+        Ok((share > 0).then_some(share))
     }
 
     pub(super) fn observations_taken(&self) -> u64 {
@@ -1652,6 +1728,8 @@ mod tests {
                         QUESTION_BUDGET,
                         SNOOP_STATS,
                         "question_scratch",
+                        OBSERVE_SHARE,
+                        OBSERVE_BUDGET,
                     ]
                     .contains(&name.as_str())
                     || name.ends_with(".bss"),

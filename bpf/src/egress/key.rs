@@ -42,6 +42,8 @@ type DomainRuleKey = types::krt_egress_domain_rule_key;
 type HostKey = types::krt_egress_host_key;
 type HostValue = types::krt_egress_host;
 type ResolverKey = types::krt_dns_resolver_key;
+type ObsBudget = types::krt_egress_obs_budget;
+type RawShareSlot = types::krt_egress_obs_share_slot;
 type SnoopStatsValue = crate::skel::dnssnoop::snoop::types::krt_dns_snoop_stats;
 
 /// `KRT_EGRESS_LAYOUT_VERSION` in `egress_filter.bpf.c`, which the public constant
@@ -616,6 +618,36 @@ pub(super) fn resolver_key(addr: IpAddr) -> Vec<u8> {
     );
     put(&mut key, offset_of!(ResolverKey, addr), &octets);
     key
+}
+
+/// A slot of `observe_share`.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum ObsShareSlot {
+    /// The drain epoch.
+    Epoch,
+    /// The per-set share.
+    Share,
+}
+
+/// The `observe_share` key of `slot`.
+pub(super) fn obs_share_slot(slot: ObsShareSlot) -> [u8; 4] {
+    match slot {
+        ObsShareSlot::Epoch => RawShareSlot::KRT_EGRESS_OBS_EPOCH.0,
+        ObsShareSlot::Share => RawShareSlot::KRT_EGRESS_OBS_SHARE.0,
+    }
+    .to_ne_bytes()
+}
+
+/// An `observe_budget` entry: the set and the observations it counted
+/// past its share.
+pub(super) fn decode_obs_budget(key: &[u8], value: &[u8]) -> Option<(u32, u64)> {
+    if value.len() != size_of::<ObsBudget>() {
+        return None;
+    }
+    Some((
+        u32_at(key, 0)?,
+        u64_at(value, offset_of!(ObsBudget, over_share))?,
+    ))
 }
 
 /// The `dns_resolvers` value (a presence flag).

@@ -220,6 +220,11 @@ pub const DNS_QUESTION_TIMEOUT: std::time::Duration = std::time::Duration::from_
 /// cannot flush its neighbours' pending questions.
 pub const DNS_QUESTIONS_PER_S: u64 = 512;
 
+/// Keys `observations` holds node-wide (`KRT_EGRESS_MAX_OBSERVATIONS`):
+/// each set in use may start an equal share of them per drain, so one
+/// container cannot evict another's counts.
+pub const OBSERVATIONS_MAX: u64 = 1 << 14;
+
 /// Result of the egress filter's operations.
 pub type Result<T, E = EgressError> = std::result::Result<T, E>;
 
@@ -876,6 +881,21 @@ impl EgressFilter {
     /// declared, domains learn nothing. At most [`DNS_RESOLVERS_MAX`].
     pub fn set_dns_resolvers(&self, addrs: &[IpAddr]) -> Result<()> {
         self.inner.set_dns_resolvers(addrs)
+    }
+
+    /// Observations each set counted past its share of the observation
+    /// map since it was last made (set id, count), for sets that have
+    /// any: what a container's monitoring lost so that it could not evict
+    /// another's. The share is the map's size over the sets in use, per
+    /// drain.
+    pub fn observations_over_share(&self) -> Result<Vec<(u32, u64)>> {
+        self.inner.observations_over_share()
+    }
+
+    /// The current share of the observation map per set per drain (the
+    /// map's size over the sets in use), or `None` before any set.
+    pub fn observation_share(&self) -> Result<Option<u64>> {
+        self.inner.observation_share()
     }
 
     /// The snooper's counters, summed over CPUs, since its load.

@@ -148,6 +148,14 @@ impl Filter {
         match *self {}
     }
 
+    pub(super) fn observations_over_share(&self) -> Result<Vec<(u32, u64)>> {
+        match *self {}
+    }
+
+    pub(super) fn observation_share(&self) -> Result<Option<u64>> {
+        match *self {}
+    }
+
     pub(super) fn snoop_error(&self) -> Option<&EgressError> {
         match *self {}
     }

@@ -115,6 +115,7 @@ impl PlaneState {
 /// | `oe_stats.observe_failed`: the open/exec observation map (a preallocated hash) was full | `openexec-observe` | `map_full` |
 /// | `stats.observe_failed`: the egress observation map refused a key | `egress-observe` | `map_full` |
 /// | keys the egress observation map (an LRU) evicted before a drain ([`Evictions`]) | `egress-observe` | `evicted` |
+/// | observations of a container past its share of the egress observation map (so that it evicts no other's) | `egress-observe` | `over_share` |
 /// | `events_lost`: the protocol classifier's decision map was full | `egress-observe` | `map_full` |
 ///
 /// The other kernel-side losses are counted where their records are read:
@@ -129,6 +130,8 @@ pub(super) struct Losses {
     openexec_failed: Option<u64>,
     egress_failed: Option<u64>,
     evictions: Option<Evictions>,
+    /// Each filter set's cumulative `over_share`, as last read.
+    over_share: std::collections::HashMap<u32, u64>,
 }
 
 /// What a cumulative counter gained since `seen` (which becomes `now`).
@@ -430,6 +433,27 @@ impl Engine {
                     polled.lost.push((DropReason::evicted, evicted));
                 }
                 Err(e) => errors.push(format!("egress loss counters: {e}")),
+            }
+            match m.backend().kernel().filter().observations_over_share() {
+                Ok(sets) => {
+                    let seen = &mut self.losses.over_share;
+                    let mut lost = 0;
+                    for (set, over) in &sets {
+                        // The budgets are not pinned: a set's counter starts
+                        // at zero with this daemon's load.
+                        let mut before = Some(seen.get(set).copied().unwrap_or(0));
+                        let gained = gained(&mut before, *over);
+                        if gained > 0 {
+                            tracing::warn!(set = set, lost = gained, "egress: a container sent to more distinct destinations than its share of the observation map; those were not counted, so that it evicts no other container's counts");
+                        }
+                        lost += gained;
+                    }
+                    // A set freed since is gone from the map (and its
+                    // counter with it).
+                    *seen = sets.into_iter().collect();
+                    polled.lost.push((DropReason::over_share, lost));
+                }
+                Err(e) => errors.push(format!("egress observation shares: {e}")),
             }
             match drained {
                 Ok(observations) => {
