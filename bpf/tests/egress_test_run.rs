@@ -1124,17 +1124,19 @@ fn a_sockets_later_packets_take_its_cached_verdict() {
 }
 
 /// Issue 37, finding 5: one container flooding distinct destinations
-/// cannot evict another's counts. Two sets are in use (this process's
-/// cgroup, and a cgroup id standing for a neighbour), so each may start
-/// half of the observation map per drain; the neighbour's set counts a
-/// destination first (the least recently used key), then the flooding
-/// set sends to more distinct destinations than the whole map holds. Before
-/// the shares, the map's LRU evicted the neighbour's key.
+/// cannot evict another's counts. Sixteen sets are in use (this process's
+/// cgroup, and cgroup ids standing for neighbours), so each may start a
+/// sixteenth of the observation map per drain and the shares sum to the
+/// map: its LRU never has to evict. The neighbour's set counts a
+/// destination first (the least recently used key), then the flooding set
+/// sends to twice its share of distinct destinations. (Twice, not more
+/// than the whole map: a guest under TCG runs this table too.)
 #[test]
 fn a_set_flooding_destinations_keeps_to_its_share_and_evicts_no_neighbour() {
     let _g = shared();
     const FLOODER: u32 = 11;
     const NEIGHBOUR: u32 = 12;
+    const SETS: u32 = 16;
     let observe = FilterFlags {
         observe: true,
         ..FilterFlags::default()
@@ -1142,16 +1144,27 @@ fn a_set_flooding_destinations_keeps_to_its_share_and_evicts_no_neighbour() {
     let f = EgressFilter::load().unwrap();
     f.set_filter(own_cgroup_id() + 1_000_000, FLOODER, observe)
         .unwrap();
+    for other in 2..SETS {
+        f.set_filter(
+            own_cgroup_id() + 1_000_000 + u64::from(other),
+            100 + other,
+            observe,
+        )
+        .unwrap();
+    }
     f.set_filter(own_cgroup_id(), NEIGHBOUR, observe).unwrap();
     let share = f.observation_share().unwrap().unwrap();
-    assert_eq!(share, kyverno_runtime_bpf::egress::OBSERVATIONS_MAX / 2);
+    assert_eq!(
+        share,
+        kyverno_runtime_bpf::egress::OBSERVATIONS_MAX / u64::from(SETS)
+    );
     assert_eq!(f.test_run(&Frame::V4("192.0.2.77").bytes()).unwrap(), PASS);
 
     // This process's cgroup now speaks for the flooding set.
     f.set_filter(own_cgroup_id(), FLOODER, observe).unwrap();
     f.set_filter(own_cgroup_id() + 1_000_000, NEIGHBOUR, observe)
         .unwrap();
-    let flood = kyverno_runtime_bpf::egress::OBSERVATIONS_MAX + 1_000;
+    let flood = 2 * share;
     for i in 0..flood {
         let dst = Ipv4Addr::from(0x0a00_0000 + u32::try_from(i).unwrap());
         let frame = kyverno_runtime_bpf::frame::udp_to(IpAddr::V4(dst));
