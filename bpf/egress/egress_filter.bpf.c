@@ -362,9 +362,11 @@ struct destination {
 
 /*
  * Whether the set may start one more key in `observations` this drain
- * epoch (charged if so; see observe_share). No share written: no limit.
+ * epoch (1, charged) or not (0; see observe_share). No share written: no
+ * limit. A global function: verified once, so its branches do not
+ * multiply the states of the verdict paths that reach observe().
  */
-static __always_inline bool observe_within_share(__u32 set_id)
+__attribute__((noinline)) int krt_observe_within_share(__u32 set_id)
 {
 	__u32 epoch_slot = KRT_EGRESS_OBS_EPOCH, share_slot = KRT_EGRESS_OBS_SHARE;
 	struct krt_egress_obs_budget *b, fresh = {};
@@ -373,29 +375,29 @@ static __always_inline bool observe_within_share(__u32 set_id)
 	epoch = bpf_map_lookup_elem(&observe_share, &epoch_slot);
 	share = bpf_map_lookup_elem(&observe_share, &share_slot);
 	if (!epoch || !share)
-		return true;
+		return 1;
 	limit = *share;
 	if (limit == 0)
-		return true;
+		return 1;
 	e = *epoch;
 	b = bpf_map_lookup_elem(&observe_budget, &set_id);
 	if (!b) {
 		fresh.epoch = e;
 		fresh.started = 1;
 		bpf_map_update_elem(&observe_budget, &set_id, &fresh, BPF_ANY);
-		return true;
+		return 1;
 	}
 	if (b->epoch != e) {
 		b->epoch = e;
 		b->started = 1;
-		return true;
+		return 1;
 	}
 	if (b->started >= limit) {
 		__sync_fetch_and_add(&b->over_share, 1);
-		return false;
+		return 0;
 	}
 	__sync_fetch_and_add(&b->started, 1);
-	return true;
+	return 1;
 }
 
 /*
@@ -430,7 +432,7 @@ static __always_inline int observe(__u32 set_id, __u32 family,
 	st = bpf_map_lookup_elem(&stats, &zero);
 	if (!st)
 		return 0; /* cannot happen: a one-element array */
-	if (!observe_within_share(set_id))
+	if (!krt_observe_within_share(set_id))
 		return 0;
 	err = bpf_map_update_elem(&observations, &key, &one, BPF_NOEXIST);
 	if (err == 0) {

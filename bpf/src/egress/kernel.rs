@@ -162,9 +162,25 @@ struct Occupancy {
     counts: HashMap<u32, [u32; 6]>,
     /// `cgroup_filters` as written: cgroup id to its set and flags.
     cgroups: HashMap<u64, (u32, FilterFlags)>,
+    /// Cgroups per set in `cgroups` (the sets in use: the divisor of the
+    /// observation share).
+    set_users: HashMap<u32, u32>,
 }
 
 impl Occupancy {
+    /// One cgroup fewer uses `set_id`; whether that was its last.
+    fn set_unused(&mut self, set_id: u32) -> bool {
+        let Some(n) = self.set_users.get_mut(&set_id) else {
+            return false;
+        };
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.set_users.remove(&set_id);
+            return true;
+        }
+        false
+    }
+
     /// The occupancy bits of set `set_id`.
     fn bits(&self, set_id: u32) -> u32 {
         let Some(counts) = self.counts.get(&set_id) else {
@@ -1360,6 +1376,7 @@ impl Filter {
             let (id, set_id, flags) = key::decode_filter(&k, &v)
                 .ok_or_else(|| map.layout(format!("an entry {k:02x?} => {v:02x?}")))?;
             occupancy.cgroups.insert(id, (set_id, flags));
+            *occupancy.set_users.entry(set_id).or_default() += 1;
             written.insert(id, v);
         }
         // Counted by the map an entry is in, whatever its length: that is
@@ -1395,6 +1412,9 @@ impl Filter {
                     .update(&key::cgroup_key(*cgroup_id), &value)?;
             }
         }
+        // The shares are not pinned: the adopted sets' share is written
+        // afresh.
+        self.write_observation_share(&occupancy)?;
         *self.occupancy() = occupancy;
         Ok(())
     }
@@ -1408,17 +1428,23 @@ impl Filter {
             &key::cgroup_key(cgroup_id),
             &key::filter_value(set_id, flags, occupancy.bits(set_id)),
         )?;
-        occupancy.cgroups.insert(cgroup_id, (set_id, flags));
-        self.write_observation_share(&occupancy)
+        let sets_before = occupancy.set_users.len();
+        if let Some((old_set, _)) = occupancy.cgroups.insert(cgroup_id, (set_id, flags)) {
+            occupancy.set_unused(old_set);
+        }
+        *occupancy.set_users.entry(set_id).or_default() += 1;
+        if occupancy.set_users.len() != sets_before {
+            self.write_observation_share(&occupancy)?;
+        }
+        Ok(())
     }
 
     /// Gives each set in use an equal share of `observations` per drain
     /// (see `observe_share` in the program): the shares sum to at most
     /// the map, so its LRU never evicts one set's counts for another's.
     fn write_observation_share(&self, occupancy: &Occupancy) -> Result<()> {
-        let sets: std::collections::BTreeSet<u32> =
-            occupancy.cgroups.values().map(|(set, _)| *set).collect();
-        let share = super::OBSERVATIONS_MAX / u64::try_from(sets.len().max(1)).unwrap_or(u64::MAX);
+        let sets = occupancy.set_users.len().max(1);
+        let share = super::OBSERVATIONS_MAX / u64::try_from(sets).unwrap_or(u64::MAX);
         self.observe_share.update(
             &key::obs_share_slot(key::ObsShareSlot::Share),
             &share.max(1).to_ne_bytes(),
@@ -1430,12 +1456,12 @@ impl Filter {
         let removed = self.cgroup_filters.delete(&key::cgroup_key(cgroup_id))?;
         if let Some((set_id, _)) = occupancy.cgroups.remove(&cgroup_id) {
             // A set no cgroup uses any more is freed (its id reused): its
-            // budget goes with it.
-            if !occupancy.cgroups.values().any(|(s, _)| *s == set_id) {
+            // budget goes with it, and the others' shares grow.
+            if occupancy.set_unused(set_id) {
                 self.observe_budget.delete(&set_id.to_ne_bytes())?;
+                self.write_observation_share(&occupancy)?;
             }
         }
-        self.write_observation_share(&occupancy)?;
         // A cgroup filtered again starts a new budget of DNS questions (an
         // LRU: a stale entry would only go when the map is full).
         self.question_budget.delete(&key::cgroup_key(cgroup_id))?;
