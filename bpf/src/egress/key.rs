@@ -181,14 +181,20 @@ pub(super) fn is_host(prefix: &Prefix) -> bool {
     prefix.prefix_len() == width
 }
 
+/// `addr`'s `enum krt_egress_family` value and its bytes in network
+/// order, as every address-keyed map lays them out.
+fn family_and_octets(addr: IpAddr) -> (u32, Vec<u8>) {
+    match addr {
+        IpAddr::V4(a) => (Family::KRT_EGRESS_IPV4.0, a.octets().to_vec()),
+        IpAddr::V6(a) => (Family::KRT_EGRESS_IPV6.0, a.octets().to_vec()),
+    }
+}
+
 /// The `egress_hosts` key of address `addr` in set `set_id`.
 pub(super) fn host_key(set_id: u32, addr: IpAddr) -> Vec<u8> {
     let mut key = vec![0u8; size_of::<HostKey>()];
     put(&mut key, offset_of!(HostKey, set_id), &set_id.to_ne_bytes());
-    let (family, octets) = match addr {
-        IpAddr::V4(a) => (Family::KRT_EGRESS_IPV4.0, a.octets().to_vec()),
-        IpAddr::V6(a) => (Family::KRT_EGRESS_IPV6.0, a.octets().to_vec()),
-    };
+    let (family, octets) = family_and_octets(addr);
     put(&mut key, offset_of!(HostKey, family), &family.to_ne_bytes());
     put(&mut key, offset_of!(HostKey, addr), &octets);
     key
@@ -590,10 +596,7 @@ pub(super) fn learned_key(set_id: u32, addr: IpAddr) -> Vec<u8> {
         offset_of!(LearnedKey, set_id),
         &set_id.to_ne_bytes(),
     );
-    let (family, octets) = match addr {
-        IpAddr::V4(a) => (Family::KRT_EGRESS_IPV4.0, a.octets().to_vec()),
-        IpAddr::V6(a) => (Family::KRT_EGRESS_IPV6.0, a.octets().to_vec()),
-    };
+    let (family, octets) = family_and_octets(addr);
     put(
         &mut key,
         offset_of!(LearnedKey, family),
@@ -607,10 +610,7 @@ pub(super) fn learned_key(set_id: u32, addr: IpAddr) -> Vec<u8> {
 /// address as the IPv4 address its packets carry).
 pub(super) fn resolver_key(addr: IpAddr) -> Vec<u8> {
     let mut key = vec![0u8; size_of::<ResolverKey>()];
-    let (family, octets) = match addr.to_canonical() {
-        IpAddr::V4(a) => (Family::KRT_EGRESS_IPV4.0, a.octets().to_vec()),
-        IpAddr::V6(a) => (Family::KRT_EGRESS_IPV6.0, a.octets().to_vec()),
-    };
+    let (family, octets) = family_and_octets(addr.to_canonical());
     put(
         &mut key,
         offset_of!(ResolverKey, family),
