@@ -1,38 +1,10 @@
-//! Fuzzes `policy test`'s recorded events (JSON lines,
-//! `docs/recorded-events.md`): `kyverno_runtime_plane::record::parse_lines`,
-//! the decoding the command runs on each events file.
-//!
-//! Invariants beyond "no panic":
-//! - an event that parses writes (`to_line`) a line that parses to an event
-//!   writing the same line: recording and replaying lose nothing;
-//! - a refused line's error is one line of text (no raw newline from the
-//!   input), so `policy test` output cannot be forged.
+//! libFuzzer's entry to the `recorded_events` harness; `harness/recorded_events.rs` says what
+//! it fuzzes and the invariants it asserts. The same harness runs on stable
+//! in every `cargo test` (agent/tests/fuzz_corpora.rs).
 
 #![no_main]
 
-use kyverno_runtime_plane::record::{parse_line, parse_lines, to_line};
-use libfuzzer_sys::fuzz_target;
+#[path = "../harness/recorded_events.rs"]
+mod harness;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    for (number, parsed) in parse_lines(text) {
-        match parsed {
-            Ok(event) => {
-                let line = to_line(&event);
-                let again = parse_line(&line).unwrap_or_else(|e| {
-                    panic!("line {number}: wrote {line}, which is refused: {e}")
-                });
-                assert_eq!(to_line(&again), line, "line {number}");
-            }
-            Err(e) => {
-                let message = e.to_string();
-                assert!(
-                    !message.contains(['\n', '\r']),
-                    "line {number}: {message:?}"
-                );
-            }
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::fuzz_one(data));
