@@ -567,29 +567,55 @@ fn the_mode_of_a_policy_is_taken_from_the_spec() {
     );
 }
 
-/// A log line is one of the four ways out of the daemon: a refused target
-/// carrying secrets is logged only through the chokepoint.
-#[test]
-fn a_refusal_is_logged_redacted() {
+/// What this thread logs, at every level, from the moment it asks.
+///
+/// One process-wide subscriber, interested in everything, writes each line
+/// to the buffer of the thread that logged it (and drops the lines of
+/// threads that did not ask). A scoped subscriber (`with_default`) is not
+/// enough here: the callsites' interest is cached process-wide, and
+/// another test thread that reached a callsite while no subscriber wanted
+/// it could leave it disabled for this one (seen under load, also after
+/// `rebuild_interest_cache`).
+fn capture_this_threads_logs() -> Arc<Mutex<Vec<u8>>> {
+    use std::cell::RefCell;
     use std::io::Write;
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-    impl Write for Buffer {
+    thread_local! {
+        static CAPTURE: RefCell<Option<Arc<Mutex<Vec<u8>>>>> = const { RefCell::new(None) };
+    }
+    struct ThisThread;
+    impl Write for ThisThread {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
+            CAPTURE.with(|c| {
+                if let Some(buffer) = &*c.borrow() {
+                    buffer.lock().unwrap().extend_from_slice(b);
+                }
+            });
             Ok(b.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
     }
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(|| ThisThread)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .unwrap_or_else(|e| panic!("the test binary's one subscriber: {e}"));
+    });
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    CAPTURE.with(|c| *c.borrow_mut() = Some(buffer.clone()));
+    buffer
+}
+
+/// A log line is one of the four ways out of the daemon: a refused target
+/// carrying secrets is logged only through the chokepoint.
+#[test]
+fn a_refusal_is_logged_redacted() {
     let (m, _findings, _) = monitor();
-    let buffer = Buffer::default();
-    let sink = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .finish();
     let secret = "/opt/run --password=hunter2 Authorization: Bearer abc.def.ghi";
     let mut e = exec(secret, &[], &pod(&[]));
     e.kernel = Some(KernelVerdict::Denied);
@@ -597,12 +623,9 @@ fn a_refusal_is_logged_redacted() {
         pid: 7,
         comm: "x token=hunter3".into(),
     });
-    tracing::subscriber::with_default(subscriber, || {
-        // See no_secret_of_the_redaction_table_reaches_a_log_line.
-        tracing::callsite::rebuild_interest_cache();
-        m.handle(&e)
-    });
-    let logged = String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
+    let buffer = capture_this_threads_logs();
+    m.handle(&e);
+    let logged = String::from_utf8_lossy(&buffer.lock().unwrap()).into_owned();
     assert!(logged.contains("kernel refused"), "{logged}");
     for secret in ["hunter2", "abc.def.ghi", "hunter3"] {
         assert!(!logged.contains(secret), "{secret}: {logged}");
@@ -639,18 +662,6 @@ fn the_example_exec_filter_leaves_out_health_checks() {
 #[test]
 fn no_secret_of_the_redaction_table_reaches_a_log_line() {
     use kyverno_runtime_report::redaction_cases::{all_secrets, CASES};
-    use std::io::Write;
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-    impl Write for Buffer {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
     let (m, findings, _) = monitor();
     // One expression per argument position, each failing with the
     // argument in its message.
@@ -666,29 +677,17 @@ fn no_secret_of_the_redaction_table_reaches_a_log_line() {
             "behaviors": [{"exec": {"deny": {"values": ["*"]}}}],
             "monitorFilter": {"expressions": expressions}}),
     ));
-    let buffer = Buffer::default();
-    let sink = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::TRACE)
-        .finish();
     let web = pod(&[]);
-    tracing::subscriber::with_default(subscriber, || {
-        // Another test thread may have cached the callsites' interest
-        // while no subscriber wanted them ("never"): asked again, this
-        // thread's subscriber is heard (seen flaky under load otherwise).
-        tracing::callsite::rebuild_interest_cache();
-        for case in CASES {
-            let mut e = exec("/usr/bin/tool", case.argv, &web);
-            e.kernel = Some(KernelVerdict::Denied);
-            m.handle(&e);
-        }
-        for f in findings.take() {
-            tracing::info!(finding = ?f, "a finding");
-        }
-    });
-    let logged = String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
+    let buffer = capture_this_threads_logs();
+    for case in CASES {
+        let mut e = exec("/usr/bin/tool", case.argv, &web);
+        e.kernel = Some(KernelVerdict::Denied);
+        m.handle(&e);
+    }
+    for f in findings.take() {
+        tracing::info!(finding = ?f, "a finding");
+    }
+    let logged = String::from_utf8_lossy(&buffer.lock().unwrap()).into_owned();
     let lines = logged.lines().count();
     assert!(
         logged.matches("No such key").count() >= CASES.len(),
