@@ -326,7 +326,16 @@ fn a_failed_edit_takes_its_mode_and_keeps_the_last_good_lists_attributed() {
         let text = scrape(metrics)?;
         (findings(&text) > findings(&before)).then_some(text)
     });
-    let s = shard(cluster, POLICY, NODE).unwrap();
+    // The status writer batches: the shard follows the data plane within
+    // its flush interval, not at once.
+    let s = wait_for(
+        "the shard to report monitor's observation",
+        Duration::from_secs(20),
+        || {
+            let s = shard(cluster, POLICY, NODE)?;
+            (!s["observationAvailable"].is_null()).then_some(s)
+        },
+    );
     assert_eq!(s["observationAvailable"], false, "{s}");
     assert!(
         s["message"]
