@@ -7,7 +7,6 @@
 //! Needs root (a cgroup v2 directory, a bpffs mount, cgroup_skb programs)
 //! and `--features kube-tests`; the host's kernel refuses LSM programs, so
 //! only network is enforced here (open/exec are proven in the VM tier).
-#![cfg(feature = "kube-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

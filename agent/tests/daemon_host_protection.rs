@@ -7,7 +7,6 @@
 //!
 //! Needs root (a cgroup v2 directory, a bpffs mount, cgroup_skb programs)
 //! and `--features kube-tests`.
-#![cfg(feature = "kube-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

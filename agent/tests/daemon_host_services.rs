@@ -16,7 +16,6 @@
 //! API server refuses loopback endpoints), so this proves the programming,
 //! not traffic: the kernel's use of set entries is proven with loopback
 //! traffic elsewhere (egress_traffic, egress_host).
-#![cfg(feature = "kube-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -4,7 +4,6 @@
 //! kernel (MACHINE.md), so these tests are about the daemon's wiring:
 //! watches, status shards, shutdown, cgroup resolution reporting. The
 //! kernel side is proven in the VM tier.
-#![cfg(feature = "kube-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

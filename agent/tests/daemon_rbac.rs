@@ -10,7 +10,6 @@
 //! from pods with controllers, which the daemon has none of here (no
 //! kernel): the daemon's own reporter, with the same token, is run on such
 //! findings and held to the same standard.
-#![cfg(feature = "kube-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

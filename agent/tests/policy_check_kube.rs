@@ -11,7 +11,6 @@
 //! fails the test; the counts and the slowest file are printed.
 // A test harness: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-#![cfg(feature = "kube-tests")]
 
 mod policy_corpus;
 

@@ -7,7 +7,6 @@
 //! measured, and network, protocol, dns and exec tracing available.
 // A test harness: a panic is the failure report.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
-#![cfg(feature = "host-tests")]
 
 use kyverno_runtime_compat::{Backend, ProbeReport, ProgramId};
 use std::process::Command;

@@ -8,7 +8,6 @@
 //! `compat/tests/fixtures/` was recorded).
 // A test harness: a panic is the failure report.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
-#![cfg(feature = "vm-tests")]
 
 use kyverno_runtime_compat::{Backend, ProbeReport, ProgramId};
 use std::path::PathBuf;

@@ -9,7 +9,6 @@
 //! findings are added up. A bare pod is proposed from its own labels and
 //! Report, a Report of a former object of the same name is ignored, and a
 //! workload without Reports is refused with what to do.
-#![cfg(feature = "kube-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

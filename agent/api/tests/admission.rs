@@ -9,7 +9,6 @@
 //! defaulted mode and the printer columns back.
 // A test harness: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-#![cfg(feature = "kube-tests")]
 
 use kyverno_runtime_testkube::{repo_root, LocalCluster};
 use std::path::{Path, PathBuf};

@@ -12,17 +12,17 @@ use std::fmt;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, LabelSelectorRequirement, ObjectMeta,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource as _;
 use kyverno_runtime_api::openreports::{
-    cluster_report_crd, report_crd, ClusterReport, Limits, PolicyResult, Report,
-    ReportConfiguration, ReportFields, ReportResult, ReportSummary, Severity, Timestamp,
+    cluster_report_crd, report_crd, ClusterReport, PolicyResult, Report, ReportFields,
+    ReportResult, ReportSummary, Severity, Timestamp,
 };
 use serde_json::{json, Value};
+
+mod every_field;
+use every_field::every_field;
 
 // --- the reference ----------------------------------------------------------
 
@@ -329,68 +329,6 @@ fn diff_reports_each_kind_of_difference() {
 
 // --- the wire format --------------------------------------------------------
 
-fn object_reference(kind: &str, name: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        field_path: Some("spec.containers{web}".into()),
-        kind: Some(kind.into()),
-        name: Some(name.into()),
-        namespace: Some("shop".into()),
-        resource_version: Some("4711".into()),
-        uid: Some("0b7e5b1c-6a0e-4b8a-9d1e-3c1f3a2f5e10".into()),
-    }
-}
-
-fn label_selector() -> LabelSelector {
-    LabelSelector {
-        match_expressions: Some(vec![LabelSelectorRequirement {
-            key: "tier".into(),
-            operator: "In".into(),
-            values: Some(vec!["web".into(), "api".into()]),
-        }]),
-        match_labels: Some(BTreeMap::from([("app".into(), "shop".into())])),
-    }
-}
-
-/// Report fields with every field, nested ones included, set.
-fn every_field() -> ReportFields {
-    ReportFields {
-        source: Some("kyverno-runtime".into()),
-        scope: Some(object_reference("Pod", "web-0")),
-        scope_selector: Some(label_selector()),
-        configuration: Some(ReportConfiguration {
-            limits: Limits {
-                max_results: Some(100),
-                status_filter: Some(vec![PolicyResult::Fail, PolicyResult::Warn]),
-            },
-        }),
-        summary: Some(ReportSummary {
-            pass: 1,
-            fail: 2,
-            warn: 3,
-            error: 4,
-            skip: 5,
-        }),
-        results: Some(vec![ReportResult {
-            source: Some("kyverno-runtime".into()),
-            policy: "deny-shell".into(),
-            rule: Some("exec".into()),
-            category: Some("Runtime Security".into()),
-            severity: Some(Severity::High),
-            timestamp: Some(Timestamp {
-                seconds: 1_700_000_000,
-                nanos: 123_456_789,
-            }),
-            result: Some(PolicyResult::Fail),
-            scored: Some(true),
-            resources: Some(vec![object_reference("Pod", "web-0")]),
-            resource_selector: Some(label_selector()),
-            message: Some("/bin/sh was executed".into()),
-            properties: Some(BTreeMap::from([("process".into(), "/bin/sh".into())])),
-        }]),
-    }
-}
-
 /// Schema paths (below the root) that `value` leaves unset: with none,
 /// the value exercises every field of the schema.
 fn unset_fields(schema: &Value, value: &Value, path: &str, out: &mut Vec<String>) {
@@ -549,74 +487,4 @@ fn values_outside_upstream_enums_are_rejected() {
         serde_json::from_value::<ReportResult>(json!({ "rule": "r" })).is_err(),
         "policy is required"
     );
-}
-
-/// Tier 3: a Report with every field set survives the real API server
-/// (its schema, pruning and defaulting) unchanged.
-#[cfg(feature = "kube-tests")]
-#[test]
-fn report_with_every_field_round_trips_through_the_api_server() -> anyhow::Result<()> {
-    use std::io::Write as _;
-    use std::process::Stdio;
-
-    let cluster = kyverno_runtime_testkube::LocalCluster::get()?;
-    let crds =
-        kyverno_runtime_testkube::repo_root().join("charts/kyverno-runtime/files/openreports");
-    cluster.kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        &crds.to_string_lossy(),
-    ])?;
-    cluster.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/reports.openreports.io",
-    ])?;
-    let namespace = "krt-openreports-test";
-    let _ = cluster.kubectl_output(&["create", "namespace", namespace])?;
-
-    let mut report = Report::new("every-field", every_field());
-    report.metadata.namespace = Some(namespace.into());
-    let _ = cluster.kubectl_output(&[
-        "delete",
-        "report",
-        "every-field",
-        "-n",
-        namespace,
-        "--ignore-not-found",
-    ])?;
-    let mut child = cluster
-        .kubectl()
-        .args(["create", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(&serde_json::to_vec(&report)?)?;
-    }
-    let out = child.wait_with_output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "create: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-
-    let stored = cluster.kubectl_ok(&[
-        "get",
-        "report",
-        "every-field",
-        "-n",
-        namespace,
-        "-o",
-        "json",
-    ])?;
-    let back: Report = serde_json::from_str(&stored)?;
-    cluster.kubectl_ok(&["delete", "report", "every-field", "-n", namespace])?;
-    assert_eq!(back.spec, report.spec, "the server changed the report");
-    assert_eq!(back.metadata.name.as_deref(), Some("every-field"));
-    Ok(())
 }

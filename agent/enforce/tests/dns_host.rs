@@ -10,7 +10,6 @@
 //! reads datagrams to port 53 only). Observing never drops: every query
 //! reaches the resolver whatever the gate says.
 
-#![cfg(feature = "host-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -14,7 +14,6 @@
 //! "The daemon exits" is dropping the manager and its backend: then no
 //! process holds an fd of the programs, maps or links.
 
-#![cfg(feature = "host-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

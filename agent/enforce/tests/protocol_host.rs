@@ -10,7 +10,6 @@
 //! payload and always passes; a dropped flow shows as a listener that
 //! receives nothing. Assertions are on outcomes, never on durations.
 
-#![cfg(feature = "host-tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

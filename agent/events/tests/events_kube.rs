@@ -16,7 +16,6 @@
 //! hand.
 // A test harness: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-#![cfg(feature = "kube-tests")]
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;

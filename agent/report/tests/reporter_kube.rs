@@ -21,7 +21,6 @@
 //! resourceVersion (or loses the create) for certain, not by timing.
 // A test harness: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-#![cfg(feature = "kube-tests")]
 
 mod common;
 

@@ -11,7 +11,6 @@
 //! Report is owned by the pod, and goes with it.
 // A test harness: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-#![cfg(feature = "kube-gc-tests")]
 
 mod common;
 

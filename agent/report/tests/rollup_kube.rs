@@ -18,7 +18,6 @@
 //!   also when it was deleted while no reporter ran.
 // A test harness: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-#![cfg(feature = "kube-tests")]
 
 mod common;
 
