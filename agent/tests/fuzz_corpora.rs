@@ -14,6 +14,8 @@
 mod cel_expr;
 #[path = "../fuzz/harness/collector_decode.rs"]
 mod collector_decode;
+#[path = "../fuzz/harness/common.rs"]
+mod common;
 #[path = "../fuzz/harness/policy_yaml.rs"]
 mod policy_yaml;
 #[path = "../fuzz/harness/recorded_events.rs"]
@@ -23,6 +25,7 @@ mod redact;
 #[path = "../fuzz/harness/values.rs"]
 mod values;
 
+use fastrand::Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
@@ -40,24 +43,6 @@ const FRAGMENTS: &[&[u8]] = &[
     b"::", b"/32", b"/129", b"has(", b"size(", b"matches(", b"&&", b"||", b"==", b"\0",
     b"--password", b"token=", b"\xef\xbf\xbd", b"[[[[[[[[[[[[[[[[", b"{{{{{{{{{{{{{{{{",
 ];
-
-/// xorshift64*: a small, seeded, reproducible generator (the mutations need
-/// no more).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A number below `n` (`n` > 0).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// The committed inputs of `target`: its seeds, then its regressions.
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
@@ -84,35 +69,35 @@ fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
 /// splice in part of another input, insert a fragment of the format.
 fn mutate(rng: &mut Rng, input: &[u8], corpus: &[(PathBuf, Vec<u8>)]) -> Vec<u8> {
     let mut out = input.to_vec();
-    for _ in 0..=rng.below(4) {
-        let at = rng.below(out.len() + 1);
-        match rng.below(6) {
+    for _ in 0..=rng.usize(..4) {
+        let at = rng.usize(..out.len() + 1);
+        match rng.usize(..6) {
             0 if !out.is_empty() => {
-                let i = rng.below(out.len());
-                out[i] ^= 1 << rng.below(8);
+                let i = rng.usize(..out.len());
+                out[i] ^= 1 << rng.usize(..8);
             }
-            1 => out.insert(at, rng.next() as u8),
+            1 => out.insert(at, rng.u8(..)),
             2 if !out.is_empty() => {
-                let start = rng.below(out.len());
-                let end = (start + 1 + rng.below(16)).min(out.len());
+                let start = rng.usize(..out.len());
+                let end = (start + 1 + rng.usize(..16)).min(out.len());
                 out.drain(start..end);
             }
             3 if !out.is_empty() => {
-                let start = rng.below(out.len());
-                let end = (start + 1 + rng.below(64)).min(out.len());
+                let start = rng.usize(..out.len());
+                let end = (start + 1 + rng.usize(..64)).min(out.len());
                 let run = out[start..end].to_vec();
                 out.splice(at..at, run);
             }
             4 => {
-                let other = &corpus[rng.below(corpus.len())].1;
+                let other = &corpus[rng.usize(..corpus.len())].1;
                 if !other.is_empty() {
-                    let start = rng.below(other.len());
-                    let end = (start + 1 + rng.below(128)).min(other.len());
+                    let start = rng.usize(..other.len());
+                    let end = (start + 1 + rng.usize(..128)).min(other.len());
                     out.splice(at..at, other[start..end].iter().copied());
                 }
             }
             _ => {
-                let fragment = FRAGMENTS[rng.below(FRAGMENTS.len())];
+                let fragment = FRAGMENTS[rng.usize(..FRAGMENTS.len())];
                 out.splice(at..at, fragment.iter().copied());
             }
         }
@@ -140,12 +125,12 @@ fn fuzz(target: &str, check: fn(&[u8])) {
     );
     let mutations = env_number("KRT_FUZZ_MUTATIONS", DEFAULT_MUTATIONS as u64) as usize;
     let seed = env_number("KRT_FUZZ_SEED", 24);
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::with_seed(seed);
     let inputs = corpus
         .iter()
         .map(|(path, bytes)| (path.display().to_string(), bytes.clone()))
         .chain((0..mutations).map(|n| {
-            let base = &corpus[rng.below(corpus.len())].1;
+            let base = &corpus[rng.usize(..corpus.len())].1;
             (
                 format!("mutation {n} (seed {seed})"),
                 mutate(&mut rng, base, &corpus),
@@ -211,7 +196,7 @@ fn recorded_events_seeds_and_mutations() {
 fn mutations_change_their_input_and_replay_from_the_seed() {
     let corpus = vec![(PathBuf::from("a"), b"kind: RuntimePolicy".to_vec())];
     let run = |seed| {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::with_seed(seed);
         (0..50)
             .map(|_| mutate(&mut rng, &corpus[0].1, &corpus))
             .collect::<Vec<_>>()

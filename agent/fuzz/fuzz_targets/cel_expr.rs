@@ -4,6 +4,8 @@
 
 #![no_main]
 
+#[path = "../harness/common.rs"]
+mod common;
 #[path = "../harness/cel_expr.rs"]
 mod harness;
 

@@ -4,6 +4,8 @@
 
 #![no_main]
 
+#[path = "../harness/common.rs"]
+mod common;
 #[path = "../harness/policy_yaml.rs"]
 mod harness;
 

@@ -18,9 +18,8 @@ use kyverno_runtime_policy::cel::{check, Env, Type};
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
-/// Cost budget of one evaluation (the daemon's is 10,000,000): exhausting
-/// it is the same path, reached sooner.
-const BUDGET: u64 = 200_000;
+// harness/common.rs, which the including crate declares as `common`.
+use crate::common::{core, BUDGET};
 
 /// What a parser's internals look like in a message.
 const INTERNALS: &[&str] = &[
@@ -147,10 +146,4 @@ fn fits(ty: &Type, v: &Value) -> bool {
         Type::Map(..) => matches!(v, Value::Map(_)),
         _ => true,
     }
-}
-
-/// An internal's word, without the punctuation a message puts around it
-/// (`Context` of "Context`!"): an input spelling the word may see it quoted.
-fn core(internal: &str) -> &str {
-    internal.trim_matches(|c: char| !c.is_alphanumeric())
 }

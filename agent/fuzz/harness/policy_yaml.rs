@@ -22,13 +22,12 @@ use kyverno_runtime_policy::values::{
 };
 use serde::Deserialize;
 
+// harness/common.rs, which the including crate declares as `common`.
+use crate::common::{core, BUDGET};
+
 /// Documents read from one input: enough for multi-document files, few
 /// enough that one input stays one test.
 const MAX_DOCUMENTS: usize = 8;
-
-/// Cost budget of one evaluation: smaller than the daemon's (10,000,000)
-/// so a costly input stays one quick test; exhausting it is the same path.
-const BUDGET: u64 = 200_000;
 
 /// What a parser's internals look like in a message.
 const INTERNALS: &[&str] = &[
@@ -135,10 +134,4 @@ fn compile_and_evaluate(policy: &RuntimePolicy, input: &str) {
             }
         }
     }
-}
-
-/// An internal's word, without the punctuation a message puts around it
-/// (`Context` of "Context`!"): an input spelling the word may see it quoted.
-fn core(internal: &str) -> &str {
-    internal.trim_matches(|c: char| !c.is_alphanumeric())
 }
