@@ -12,6 +12,21 @@ fn differential(args: &[&str]) -> Output {
         .expect("running differential")
 }
 
+/// `differential` on `cases` cases of both userspace drivers with `seed`,
+/// one thread (so the cases drawn depend on the seed alone).
+fn userspace_run(cases: u64, seed: u64) -> Output {
+    differential(&[
+        "--cases",
+        &cases.to_string(),
+        "--drivers",
+        "userspace,sequences",
+        "--seed",
+        &seed.to_string(),
+        "--threads",
+        "1",
+    ])
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -36,16 +51,7 @@ fn without_seconds(text: &str) -> Vec<String> {
 
 #[test]
 fn a_small_run_prints_a_line_per_driver_and_passes() {
-    let out = differential(&[
-        "--cases",
-        "300",
-        "--drivers",
-        "userspace,sequences",
-        "--seed",
-        "7",
-        "--threads",
-        "1",
-    ]);
+    let out = userspace_run(300, 7);
     let text = stdout(&out);
     assert!(out.status.success(), "exit {:?}:\n{text}", out.status);
     let header: Vec<&str> = text
@@ -77,29 +83,10 @@ fn a_small_run_prints_a_line_per_driver_and_passes() {
 
 #[test]
 fn the_printed_seed_replays_the_same_cases() {
-    let args = [
-        "--cases",
-        "200",
-        "--drivers",
-        "userspace,sequences",
-        "--seed",
-        "11",
-        "--threads",
-        "1",
-    ];
-    let first = stdout(&differential(&args));
-    let again = stdout(&differential(&args));
+    let first = stdout(&userspace_run(200, 11));
+    let again = stdout(&userspace_run(200, 11));
     assert_eq!(without_seconds(&first), without_seconds(&again));
-    let other = stdout(&differential(&[
-        "--cases",
-        "200",
-        "--drivers",
-        "userspace,sequences",
-        "--seed",
-        "12",
-        "--threads",
-        "1",
-    ]));
+    let other = stdout(&userspace_run(200, 12));
     assert_ne!(
         without_seconds(&first),
         without_seconds(&other),
