@@ -10,8 +10,9 @@
  * first connect to it: there is no race between the two.
  *
  * One loaded object serves every attachment; its maps cgroup_filters,
- * egress_domains, egress_learned, dns_resolvers, dns_questions and
- * snoop_stats are the egress filter's own (see
+ * egress_domains, egress_learned, learned_share, learned_budget,
+ * learned_released, dns_resolvers, dns_questions and snoop_stats are the
+ * egress filter's own (see
  * egress_maps.h: the loader reuses the filter's fds). For a datagram:
  *
  *   1. gate: the socket's cgroup must be in cgroup_filters with
@@ -40,9 +41,15 @@
  * adds to the learned generation (egress_generation), so sockets whose
  * cached verdicts it could change decide again (see the egress filter).
  *
- * Every path passes the packet (1): the snooper never drops, it learns;
- * and every response that cannot be read to its end is counted
- * (struct krt_dns_snoop_stats), with what was learned before kept.
+ * Every path passes the packet (1) but one: the snooper learns, and every
+ * response that cannot be read to its end is counted (struct
+ * krt_dns_snoop_stats), with what was learned before kept. The one drop:
+ * a set holds at most its share of egress_learned (learned_share), so no
+ * pod's answers can push out another's; an address an enforced policy
+ * denies by name that the set has no room for is not learned, and then
+ * the response is dropped (answers_refused), since the pod could not be
+ * stopped from reaching an address it was told. Allowed and observed
+ * addresses without room are counted (over_share) and not learned.
  *
  * Verifier notes. The parser's state (offsets, the chain length, the
  * verdicts so far) lives in a per-CPU scratch map, not in registers: an
@@ -63,6 +70,7 @@
 #include "udp.h"
 
 #define PASS 1
+#define DROP 0
 
 #define DNS_PORT 53
 #define DNS_HEADER_LEN 12
@@ -360,29 +368,112 @@ static __always_inline void bump_learned_generation(void)
 }
 
 /*
- * Learns the address of an A (`v6` false) or AAAA record whose data starts
- * at message offset `rdata`, for the set, with the chain's verdicts.
- * An unexpired entry keeps its verdicts (or-ed in) and the later expiry.
+ * Whether set `set_id` may add one more key to egress_learned: it holds
+ * fewer than its share (learned_share; none written: no limit). What it
+ * holds is what the snooper added (learned_budget) less what userspace
+ * removed (learned_released); read without a lock, so CPUs inserting at
+ * once may pass together (userspace leaves a margin for them). A global
+ * function: verified once, so its branches do not multiply the states of
+ * the answer walk.
  */
-static __always_inline int learn(struct __sk_buff *skb,
-				 struct krt_dns_snoop_stats *st,
-				 struct snoop_scratch *s, __u32 set_id,
-				 __u32 base, __u32 rdata, bool v6, __u32 ttl)
+__attribute__((noinline)) int krt_learn_within_share(__u32 set_id)
+{
+	struct krt_egress_learned_budget *b, fresh = {};
+	__u64 *share, *released, live;
+	__u32 zero = 0;
+
+	share = bpf_map_lookup_elem(&learned_share, &zero);
+	if (!share || *share == 0)
+		return 1;
+	b = bpf_map_lookup_elem(&learned_budget, &set_id);
+	if (!b) {
+		bpf_map_update_elem(&learned_budget, &set_id, &fresh,
+				    BPF_NOEXIST);
+		b = bpf_map_lookup_elem(&learned_budget, &set_id);
+		if (!b)
+			return 1; /* the budget map is full: no limit known */
+	}
+	released = bpf_map_lookup_elem(&learned_released, &set_id);
+	live = b->inserted - (released ? *released : 0);
+	/* Signed: userspace's own insertions count as negative releases. */
+	if ((__s64)live >= (__s64)*share) {
+		__sync_fetch_and_add(&b->over_share, 1);
+		return 0;
+	}
+	return 1;
+}
+
+/* Adds one to set `set_id`'s `inserted` (a key it added). Global for the
+ * same reason as krt_learn_within_share. */
+__attribute__((noinline)) int krt_learn_charge(__u32 set_id)
+{
+	struct krt_egress_learned_budget *b, fresh = {};
+
+	b = bpf_map_lookup_elem(&learned_budget, &set_id);
+	if (!b) {
+		/* No share was written when the check passed: count anyway,
+		 * so what the set holds is right once one is. */
+		fresh.inserted = 1;
+		if (bpf_map_update_elem(&learned_budget, &set_id, &fresh,
+					BPF_NOEXIST) == 0)
+			return 0;
+		b = bpf_map_lookup_elem(&learned_budget, &set_id);
+	}
+	if (b)
+		__sync_fetch_and_add(&b->inserted, 1);
+	return 0;
+}
+
+/* Adds one to set `set_id`'s `answers_refused`. */
+__attribute__((noinline)) int krt_learn_refused(__u32 set_id)
+{
+	struct krt_egress_learned_budget *b;
+
+	b = bpf_map_lookup_elem(&learned_budget, &set_id);
+	if (b)
+		__sync_fetch_and_add(&b->answers_refused, 1);
+	return 0;
+}
+
+/* krt_snoop_learn(): the response must be dropped (see krt_dns_snoop_stats
+ * answers_refused). */
+#define LEARN_REFUSE 1
+
+/*
+ * Learns the address of an A (`v6` 0) or AAAA record whose data starts at
+ * packet offset `at`, for the set, with the chain's verdicts (scratch).
+ * An unexpired entry keeps its verdicts (or-ed in) and the later expiry.
+ * A new key needs room in the set's share; without it the record is not
+ * learned (counted), and if the chain's verdicts deny, LEARN_REFUSE: the
+ * response must not reach the pod. A global function (verified once):
+ * inlined, its branches spilled the answer walk's bounded values past what
+ * the 5.10 verifier tracks.
+ */
+__attribute__((noinline)) int krt_snoop_learn(struct __sk_buff *skb,
+					      __u32 set_id, __u32 at, __u32 v6,
+					      __u32 ttl)
 {
 	struct krt_egress_learned_key key;
 	struct krt_egress_learned value, *old;
+	struct krt_dns_snoop_stats *st;
+	struct snoop_scratch *s;
 	__u32 held = 0; /* the verdicts of the unexpired entry, if any */
+	__u32 zero = 0;
 	__u64 now, expires;
 	int loaded;
 
+	st = bpf_map_lookup_elem(&snoop_stats, &zero);
+	s = bpf_map_lookup_elem(&snoop_scratch, &zero);
+	if (!st || !s)
+		return -1; /* cannot happen: one-element arrays */
 	__builtin_memset(&key, 0, sizeof(key));
 	key.set_id = set_id;
 	if (v6) {
 		key.family = KRT_EGRESS_IPV6;
-		loaded = bpf_skb_load_bytes(skb, base + rdata, key.addr, 16);
+		loaded = bpf_skb_load_bytes(skb, at, key.addr, 16);
 	} else {
 		key.family = KRT_EGRESS_IPV4;
-		loaded = bpf_skb_load_bytes(skb, base + rdata, key.addr, 4);
+		loaded = bpf_skb_load_bytes(skb, at, key.addr, 4);
 	}
 	if (loaded < 0) {
 		count(&st->malformed);
@@ -410,9 +501,31 @@ static __always_inline int learn(struct __sk_buff *skb,
 		}
 	}
 	value.expires_ns = expires;
-	if (bpf_map_update_elem(&egress_learned, &key, &value, BPF_ANY) != 0) {
-		count(&st->learn_failed);
-		return 0;
+	if (old) {
+		/* A key the set holds: no room needed. */
+		if (bpf_map_update_elem(&egress_learned, &key, &value,
+					BPF_ANY) != 0) {
+			count(&st->learn_failed);
+			return 0;
+		}
+	} else {
+		if (!krt_learn_within_share(set_id)) {
+			count(&st->over_share);
+			if (value.verdicts & KRT_EGRESS_DOMAIN_DENY)
+				return LEARN_REFUSE;
+			return 0;
+		}
+		if (bpf_map_update_elem(&egress_learned, &key, &value,
+					BPF_NOEXIST) == 0) {
+			krt_learn_charge(set_id);
+		} else if (bpf_map_update_elem(&egress_learned, &key, &value,
+					       BPF_EXIST) != 0) {
+			/* Neither new nor there: the map is full. */
+			count(&st->learn_failed);
+			if (value.verdicts & KRT_EGRESS_DOMAIN_DENY)
+				return LEARN_REFUSE;
+			return 0;
+		}
 	}
 	count(&st->learned);
 	/*
@@ -430,7 +543,7 @@ static __always_inline int learn(struct __sk_buff *skb,
 /*
  * One answer record at scratch.cursor: follows it as the file comment
  * says and moves the cursor past it. 0 to go on with the next record, -1
- * to stop (counted).
+ * to stop (counted), LEARN_REFUSE to drop the response (see krt_snoop_learn()).
  */
 static __always_inline int walk_answer(struct __sk_buff *skb,
 				       struct krt_dns_snoop_stats *st,
@@ -480,7 +593,11 @@ static __always_inline int walk_answer(struct __sk_buff *skb,
 			count_name_failure(st, status);
 			return -1;
 		}
-		add_name_verdicts(s, chain, set_id);
+		/* Read again, not `chain`: the compiler knows it is below
+		 * CHAIN_MAX and drops the slot mask, but may spill it before
+		 * the check, and the 5.10 verifier does not carry a bound to a
+		 * spilled copy. Unknown to the compiler, the mask stays. */
+		add_name_verdicts(s, SNOOP_LOAD(s->chain_len), set_id);
 		SNOOP_STORE(s->chain_len, chain + 1);
 		return 0;
 	}
@@ -492,8 +609,8 @@ static __always_inline int walk_answer(struct __sk_buff *skb,
 		count(&st->unnamed);
 		return 0;
 	}
-	return learn(skb, st, s, set_id, base, rdata, type == DNS_TYPE_AAAA,
-		     ttl);
+	return krt_snoop_learn(skb, set_id, base + rdata,
+			       type == DNS_TYPE_AAAA, ttl);
 }
 
 SEC("cgroup_skb/ingress")
@@ -583,7 +700,13 @@ int krt_dns_snoop(struct __sk_buff *skb)
 	for (__u32 i = 0; i < KRT_DNS_SNOOP_ANSWERS_MAX; i++) {
 		if (i >= an)
 			return PASS;
-		if (walk_answer(skb, st, s, set_id, base) < 0)
+		status = walk_answer(skb, st, s, set_id, base);
+		if (status == LEARN_REFUSE) {
+			count(&st->answers_refused);
+			krt_learn_refused(set_id);
+			return DROP;
+		}
+		if (status < 0)
 			return PASS;
 	}
 	if (an > KRT_DNS_SNOOP_ANSWERS_MAX)

@@ -217,8 +217,10 @@ enum krt_egress_layout {
 	 * learned counters in stats.
 	 * 3: host entries in egress_hosts instead of the tries; the set's
 	 * occupancy bits in cgroup_filters' flags.
-	 * 4: the cache counters in stats. */
-	KRT_EGRESS_LAYOUT_VERSION = 4,
+	 * 4: the cache counters in stats.
+	 * 5: egress_learned a hash map that never evicts (was an LRU), with
+	 * each set's share kept in learned_budget and learned_released. */
+	KRT_EGRESS_LAYOUT_VERSION = 5,
 };
 
 /* The single element of `egress_meta`. */

@@ -24,7 +24,8 @@
  * `snoop_stats`, cumulative since load. Every response (a datagram from
  * UDP port 53 to a cgroup whose set names domains, with the QR bit) adds
  * one to `responses`; then records and failures are counted as they are
- * met. Every path passes the packet: the snooper only learns.
+ * met. Every path passes the packet but one: an answer naming an address
+ * the set must deny and cannot hold (answers_refused) is dropped.
  */
 struct krt_dns_snoop_stats {
 	/* Gated responses read. */
@@ -52,6 +53,13 @@ struct krt_dns_snoop_stats {
 	__u64 unsupported;
 	/* egress_learned refused the update. */
 	__u64 learn_failed;
+	/* A or AAAA records not learned: the set held its share of
+	 * egress_learned (see learned_budget, which counts them by set). */
+	__u64 over_share;
+	/* Responses dropped because an address a name denied by an enforced
+	 * policy could not be learned (the set held its share): the pod is
+	 * never told an address it could not be stopped from reaching. */
+	__u64 answers_refused;
 	/* Responses not from a declared resolver (dns_resolvers): nothing
 	 * learned (a pod answering itself, loopback, a forged source). */
 	__u64 untrusted_source;

@@ -44,12 +44,14 @@
 /* (set, domain name) entries node-wide: every set's policy-named domains. */
 #define KRT_EGRESS_MAX_DOMAINS (1 << 14)
 /*
- * (set, address) pairs learned from DNS answers node-wide. An LRU map, so
- * preallocated: 2^15 entries of a 24-byte key and a 16-byte value (about
- * 3 MiB with the kernel's per-element overhead). When it is full the least
- * recently used entry goes, which under any sane load is an expired one.
+ * (set, address) pairs learned from DNS answers node-wide. A hash map
+ * that is not preallocated (memory only for what is held: about 100 bytes
+ * an entry with the kernel's overhead) and never evicts: each set may hold
+ * its share of it (learned_share, learned_budget in egress_maps.h), so
+ * what one pod's answers teach can never push out what another's taught
+ * (issue 37). Userspace removes expired entries.
  */
-#define KRT_EGRESS_MAX_LEARNED (1 << 15)
+#define KRT_EGRESS_MAX_LEARNED (1 << 18)
 
 /*
  * How long a learned address counts, from the TTL of the record that
@@ -279,6 +281,23 @@ enum krt_egress_obs_share_slot {
 	/* New `observations` keys a set may start per epoch; 0: no limit. */
 	KRT_EGRESS_OBS_SHARE = 1,
 	KRT_EGRESS_OBS_SHARE_SLOTS = 2,
+};
+
+/*
+ * Value of `learned_budget`, by set id: written by the snooper only.
+ * The set holds `inserted` minus userspace's `learned_released` entries
+ * of `egress_learned` (both cumulative since the set id was last freed).
+ */
+struct krt_egress_learned_budget {
+	/* New (set, address) keys the snooper added. */
+	__u64 inserted;
+	/* A or AAAA records not learned because the set held its share. */
+	__u64 over_share;
+	/* Responses refused (dropped) because an address an enforced
+	 * policy denies by name could not be learned: the set held its
+	 * share. The pod never sees an address it could not be stopped
+	 * from reaching. */
+	__u64 answers_refused;
 };
 
 /* Value of `observe_budget`, by set id. */

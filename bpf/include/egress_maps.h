@@ -39,14 +39,52 @@ struct {
 } egress_domains SEC(".maps");
 
 /* (set, address) -> what a DNS answer taught the set about it, until
- * when. Written by the snooper; read by the filter; userspace removes the
- * entries of a set it frees and of a name a set stops naming. */
+ * when. Written by the snooper, within the set's share (learned_share);
+ * read by the filter; userspace removes expired entries, the entries of a
+ * set it frees and of a name a set stops naming. Never full while every
+ * set keeps to its share, so nothing is ever evicted. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, KRT_EGRESS_MAX_LEARNED);
 	__type(key, struct krt_egress_learned_key);
 	__type(value, struct krt_egress_learned);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 } egress_learned SEC(".maps");
+
+/* The entries of egress_learned each set may hold (key 0; 0: no limit).
+ * Userspace writes it whenever the number of sets in use changes: the
+ * map's size over the sets, less a margin for the CPUs that may insert at
+ * once, so the shares never sum past the map. Not pinned: written at
+ * every load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} learned_share SEC(".maps");
+
+/* Set id -> the entries the snooper added and the records and answers it
+ * refused (struct krt_egress_learned_budget). Written by the snooper;
+ * userspace removes a set's entry with everything the set learned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_CGROUPS);
+	__type(key, __u32);
+	__type(value, struct krt_egress_learned_budget);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} learned_budget SEC(".maps");
+
+/* Set id -> the entries of egress_learned userspace removed (expired,
+ * forgotten) since the set id was last freed, less any it added itself.
+ * Written by userspace only, so it needs no atomics; the snooper reads it
+ * beside learned_budget. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_EGRESS_MAX_CGROUPS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} learned_released SEC(".maps");
 
 /* The generations of every cached verdict (enum
  * krt_egress_generation_slot): userspace writes one slot, the snooper adds

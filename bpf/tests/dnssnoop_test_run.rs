@@ -16,8 +16,11 @@
 mod cgroup;
 #[path = "common/dnsmsg.rs"]
 mod dnsmsg;
+#[path = "common/frames.rs"]
+mod frames;
 
 use cgroup::own_cgroup_id;
+use frames::{ethernet, ipv4, ipv6, udp, ETH_P_IP, ETH_P_IPV6, TCP, UDP};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
@@ -32,47 +35,6 @@ const DROP: u32 = 0;
 const SET: u32 = 7;
 
 // ---- frames ------------------------------------------------------------------
-
-const ETH_P_IP: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86dd;
-const UDP: u8 = 17;
-const TCP: u8 = 6;
-
-fn ethernet(ethertype: u16, packet: &[u8]) -> Vec<u8> {
-    let mut f = vec![0u8; 12];
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f.extend_from_slice(packet);
-    f
-}
-
-fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut u = sport.to_be_bytes().to_vec();
-    u.extend_from_slice(&dport.to_be_bytes());
-    u.extend_from_slice(&u16::try_from(8 + payload.len()).unwrap().to_be_bytes());
-    u.extend_from_slice(&[0, 0]);
-    u.extend_from_slice(payload);
-    u
-}
-
-fn ipv4(proto: u8, src: Ipv4Addr, dst: Ipv4Addr, l4: &[u8]) -> Vec<u8> {
-    let mut ip = vec![0x45, 0];
-    ip.extend_from_slice(&u16::try_from(20 + l4.len()).unwrap().to_be_bytes());
-    ip.extend_from_slice(&[0, 0, 0x40, 0, 64, proto, 0, 0]);
-    ip.extend_from_slice(&src.octets());
-    ip.extend_from_slice(&dst.octets());
-    ip.extend_from_slice(l4);
-    ip
-}
-
-fn ipv6(proto: u8, src: Ipv6Addr, dst: Ipv6Addr, l4: &[u8]) -> Vec<u8> {
-    let mut ip = vec![0x60, 0, 0, 0];
-    ip.extend_from_slice(&u16::try_from(l4.len()).unwrap().to_be_bytes());
-    ip.extend_from_slice(&[proto, 64]);
-    ip.extend_from_slice(&src.octets());
-    ip.extend_from_slice(&dst.octets());
-    ip.extend_from_slice(l4);
-    ip
-}
 
 const RESOLVER: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 const RESOLVER_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xa);

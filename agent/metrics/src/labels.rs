@@ -61,8 +61,16 @@ pub enum DropReason {
     /// A container sent to more distinct destinations in one drain interval
     /// than its share of the egress observation map (the map's size over
     /// the containers filtered): those were not counted, so that it evicts
-    /// no other container's counts.
+    /// no other container's counts. Under source `dnssnoop`: an address a
+    /// DNS answer gave a pod whose filter set held its share of the
+    /// learned-address map (the map's size over the sets in use): not
+    /// learned, so that it displaces nothing another pod learned.
     over_share,
+    /// A DNS response dropped before the pod read it: an address an
+    /// enforced policy denies by name could not be learned (the pod's set
+    /// held its share of the learned-address map), and the pod is never
+    /// told an address it could not be stopped from reaching.
+    answer_refused,
 }
 
 /// Why an event source failed (`source_failures_total{reason}`).

@@ -173,6 +173,9 @@ pub struct Engine {
     /// The DNS answer snooper's counters at the last look (they are
     /// cumulative; metrics take the deltas).
     snoop_seen: SnoopStats,
+    /// Each filter set's learned-address refusals as last logged
+    /// (`over_share`, `answers_refused`).
+    learned_seen: std::collections::HashMap<u32, (u64, u64)>,
     /// The kernel's loss counters at the last poll (see
     /// [`observe::Losses`]).
     losses: observe::Losses,
@@ -264,6 +267,7 @@ impl Engine {
             failures: BTreeMap::new(),
             rejections: BTreeMap::new(),
             snoop_seen: SnoopStats::default(),
+            learned_seen: std::collections::HashMap::new(),
             losses: observe::Losses::default(),
             fetcher: None,
             protected: BTreeSet::new(),
@@ -556,6 +560,11 @@ impl Engine {
                 return;
             }
         };
+        // The learned-address map never evicts: expired entries go here,
+        // so they stop taking room in their set's share.
+        if let Err(e) = m.backend().kernel().filter().sweep_learned() {
+            tracing::warn!(error = %e, "DNS answer snooper: removing expired learned addresses failed");
+        }
         let was = std::mem::replace(&mut self.snoop_seen, now);
         let delta = |n: u64, w: u64| n.saturating_sub(w);
         self.metrics
@@ -580,6 +589,19 @@ impl Engine {
             DropReason::learn_failed,
             delta(now.learn_failed, was.learn_failed),
         );
+        self.metrics.events_dropped(
+            "dnssnoop",
+            DropReason::over_share,
+            delta(now.over_share, was.over_share),
+        );
+        self.metrics.events_dropped(
+            "dnssnoop",
+            DropReason::answer_refused,
+            delta(now.answers_refused, was.answers_refused),
+        );
+        if now.over_share > was.over_share {
+            self.log_learned_over_share();
+        }
         self.metrics.events_ingested(
             "dnssnoop",
             "question",
@@ -603,6 +625,43 @@ impl Engine {
                 was.questions_over_budget + was.questions_unreadable,
             ),
         );
+    }
+
+    /// Says which filter sets held their share of the learned-address map
+    /// since the last call, and what that cost them.
+    fn log_learned_over_share(&mut self) {
+        let Some(m) = self.egress.get_ref() else {
+            return;
+        };
+        let filter = m.backend().kernel().filter();
+        let (uses, share) = match (filter.learned_use(), filter.learned_share()) {
+            (Ok(u), Ok(s)) => (u, s),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "DNS answer snooper: reading the learned-address shares failed");
+                return;
+            }
+        };
+        for u in uses {
+            let (over, refused) = self
+                .learned_seen
+                .get(&u.set_id)
+                .copied()
+                .unwrap_or_default();
+            if u.over_share > over || u.answers_refused > refused {
+                tracing::warn!(
+                    set = u.set_id,
+                    held = u.held,
+                    share = share.unwrap_or(0),
+                    not_learned = u.over_share.saturating_sub(over),
+                    answers_refused = u.answers_refused.saturating_sub(refused),
+                    "DNS answer snooper: a filter set holds its share of the learned-address map; \
+                     further addresses are not learned (answers naming a denied domain's are dropped), \
+                     so that it displaces nothing another pod learned"
+                );
+            }
+            self.learned_seen
+                .insert(u.set_id, (u.over_share, u.answers_refused));
+        }
     }
 
     fn reprogrammed(&mut self, done: Reprogrammed) {

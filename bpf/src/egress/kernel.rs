@@ -54,6 +54,13 @@ const BINDINGS: &str = "egress_bindings";
 const DOMAINS: &str = "egress_domains";
 const LEARNED: &str = "egress_learned";
 const DOMAIN_RULES: &str = "egress_domain_rules";
+/// Each set's share of `egress_learned` (not pinned: written at every
+/// load).
+const LEARNED_SHARE: &str = "learned_share";
+/// What each set added to `egress_learned` (the snooper's side) and what
+/// userspace removed of it.
+const LEARNED_BUDGET: &str = "learned_budget";
+const LEARNED_RELEASED: &str = "learned_released";
 /// The generations cached verdicts are checked against (not pinned: a
 /// new load starts a new socket cache too).
 const GENERATION: &str = "egress_generation";
@@ -74,10 +81,13 @@ const OBSERVE_BUDGET: &str = "observe_budget";
 
 /// The filter's maps the snooper object declares too (`egress_maps.h`)
 /// and reuses instead of creating.
-const SHARED_WITH_SNOOP: [&str; 7] = [
+const SHARED_WITH_SNOOP: [&str; 10] = [
     CGROUP_FILTERS,
     DOMAINS,
     LEARNED,
+    LEARNED_SHARE,
+    LEARNED_BUDGET,
+    LEARNED_RELEASED,
     GENERATION,
     RESOLVERS,
     QUESTIONS,
@@ -87,7 +97,7 @@ const SHARED_WITH_SNOOP: [&str; 7] = [
 /// Every map pinned (all of the object's but libbpf's internal `.bss`, the
 /// generations, the per-socket verdict cache and its seen-once slots, and
 /// the DNS question side, which a new load starts afresh): the pin layout's (`crate::pins`), the one list the removal knows too.
-const PINNED_MAPS: [&str; 15] = pins::EGRESS_MAPS;
+const PINNED_MAPS: [&str; 17] = pins::EGRESS_MAPS;
 
 /// Subdirectories of a pin directory.
 const MAPS_DIR: &str = pins::EGRESS_MAPS_DIR;
@@ -116,6 +126,13 @@ pub(super) struct Filter {
     bindings: Map,
     domains: Map,
     learned: Map,
+    /// Each set's share of `learned` and its use (see `egress_maps.h`).
+    learned_share: Map,
+    learned_budget: Map,
+    learned_released: Map,
+    /// A bound on the share below the equal one, if set
+    /// ([`super::EgressFilter::cap_learned_share`]).
+    learned_cap: AtomicU64,
     domain_rules: Map,
     /// The snooper's maps this object creates (see [`SHARED_WITH_SNOOP`]).
     resolvers: Map,
@@ -700,6 +717,10 @@ impl Filter {
             bindings: map(BINDINGS)?,
             domains: map(DOMAINS)?,
             learned: map(LEARNED)?,
+            learned_share: map(LEARNED_SHARE)?,
+            learned_budget: map(LEARNED_BUDGET)?,
+            learned_released: map(LEARNED_RELEASED)?,
+            learned_cap: AtomicU64::new(u64::MAX),
             domain_rules: map(DOMAIN_RULES)?,
             resolvers: map(RESOLVERS)?,
             questions: map(QUESTIONS)?,
@@ -748,6 +769,9 @@ impl Filter {
             CGROUP_FILTERS => &self.cgroup_filters,
             DOMAINS => &self.domains,
             LEARNED => &self.learned,
+            LEARNED_SHARE => &self.learned_share,
+            LEARNED_BUDGET => &self.learned_budget,
+            LEARNED_RELEASED => &self.learned_released,
             RESOLVERS => &self.resolvers,
             QUESTIONS => &self.questions,
             SNOOP_STATS => &self.snoop_stats,
@@ -1191,10 +1215,139 @@ impl Filter {
                 forgotten += 1;
             }
         }
+        if name_id.is_none() {
+            // The set holds nothing now: its counts start again (its id
+            // is about to be reused, or it was freed).
+            self.learned_budget.delete(&key::set_key(set_id))?;
+            self.learned_released.delete(&key::set_key(set_id))?;
+        } else {
+            self.release_learned(set_id, forgotten)?;
+        }
         if forgotten > 0 {
             self.entries_changed(&occupancy, set_id)?;
         }
         Ok(forgotten)
+    }
+
+    /// Adds `n` entries to what userspace removed of set `set_id`'s (a
+    /// negative `n`: entries it added), the other half of what the set
+    /// holds (see `learned_released`). Called under the occupancy lock, so
+    /// the read-modify-write has no other writer.
+    fn release_learned(&self, set_id: u32, n: usize) -> Result<()> {
+        self.adjust_released(set_id, i64::try_from(n).unwrap_or(i64::MAX))
+    }
+
+    fn adjust_released(&self, set_id: u32, by: i64) -> Result<()> {
+        if by == 0 {
+            return Ok(());
+        }
+        let map = &self.learned_released;
+        let k = key::set_key(set_id);
+        let was = match map.lookup(&k)? {
+            Some(v) => key::decode_count(&v)
+                .ok_or_else(|| map.layout(format!("a value of {} bytes", v.len())))?,
+            None => 0,
+        };
+        map.update(&k, &was.wrapping_add_signed(by).to_ne_bytes())
+    }
+
+    /// Removes every expired entry of `egress_learned` (the map never
+    /// evicts: an expired entry takes room in its set's share until it is
+    /// removed) and returns how many went. An entry the snooper refreshes
+    /// between the read and the removal is removed too: the address is
+    /// learned again from the pod's next answer for it.
+    pub(super) fn sweep_learned(&self) -> Result<usize> {
+        let occupancy = self.occupancy();
+        let map = &self.learned;
+        let now = monotonic_ns()?;
+        let mut swept: HashMap<u32, usize> = HashMap::new();
+        for k in map.keys() {
+            let Some(v) = map.lookup(&k)? else { continue };
+            let (Some(set_id), Some(expires)) =
+                (key::learned_key_set(&k), key::learned_value_expires(&v))
+            else {
+                return Err(map.layout(format!("an entry {k:02x?} => {v:02x?}")));
+            };
+            if expires <= now && map.delete(&k)? {
+                *swept.entry(set_id).or_default() += 1;
+            }
+        }
+        let mut total = 0;
+        for (set_id, n) in swept {
+            self.release_learned(set_id, n)?;
+            total += n;
+        }
+        drop(occupancy);
+        Ok(total)
+    }
+
+    /// Each set's use of its share of `egress_learned`, by set id.
+    pub(super) fn learned_use(&self) -> Result<Vec<super::LearnedUse>> {
+        let _occupancy = self.occupancy();
+        let map = &self.learned_budget;
+        let mut out = Vec::new();
+        for k in map.keys() {
+            let Some(v) = map.lookup(&k)? else { continue };
+            let (set_id, [inserted, over_share, answers_refused]) =
+                key::decode_learned_budget(&k, &v)
+                    .ok_or_else(|| map.layout(format!("an entry {k:02x?} => {v:02x?}")))?;
+            let released = match self.learned_released.lookup(&k)? {
+                Some(v) => key::decode_count(&v).ok_or_else(|| {
+                    self.learned_released
+                        .layout(format!("a value of {} bytes", v.len()))
+                })?,
+                None => 0,
+            };
+            // Negative (the top bit) only for a moment of a race: none.
+            let held = inserted.wrapping_sub(released);
+            out.push(super::LearnedUse {
+                set_id,
+                held: if held >> 63 == 1 { 0 } else { held },
+                over_share,
+                answers_refused,
+            });
+        }
+        out.sort_unstable_by_key(|u| u.set_id);
+        Ok(out)
+    }
+
+    /// The entries of `egress_learned` each set may hold now (`None`: no
+    /// limit is written).
+    pub(super) fn learned_share(&self) -> Result<Option<u64>> {
+        let map = &self.learned_share;
+        let value = map
+            .lookup(&key::set_key(0))?
+            .ok_or_else(|| map.layout("no share slot".to_owned()))?;
+        let share = key::decode_count(&value)
+            .ok_or_else(|| map.layout(format!("a value of {} bytes", value.len())))?;
+        Ok((share > 0).then_some(share))
+    }
+
+    /// Bounds each set's share of `egress_learned` by `cap` (below the
+    /// equal share it would get), from now on.
+    pub(super) fn cap_learned_share(&self, cap: u64) -> Result<()> {
+        self.learned_cap.store(cap.max(1), Ordering::Relaxed);
+        let occupancy = self.occupancy();
+        self.write_learned_share(&occupancy)
+    }
+
+    /// Gives each set in use an equal share of `egress_learned`, less a
+    /// margin for the CPUs that may pass the snooper's check at once (it
+    /// reads the counts without a lock), so the shares never sum past the
+    /// map: a set at its share is refused, and nothing of another set's is
+    /// ever displaced.
+    fn write_learned_share(&self, occupancy: &Occupancy) -> Result<()> {
+        let sets = u64::try_from(occupancy.set_users.len().max(1)).unwrap_or(u64::MAX);
+        let cpus = libbpf_rs::num_possible_cpus()
+            .ok()
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(1);
+        let share = (super::LEARNED_MAX / sets)
+            .saturating_sub(cpus)
+            .min(self.learned_cap.load(Ordering::Relaxed))
+            .max(1);
+        self.learned_share
+            .update(&key::set_key(0), &share.to_ne_bytes())
     }
 
     pub(super) fn insert_learned(
@@ -1208,10 +1361,15 @@ impl Filter {
         let nanos = u64::try_from(counts_for.as_nanos()).unwrap_or(u64::MAX);
         let expires = monotonic_ns()?.saturating_add(nanos);
         let occupancy = self.occupancy();
-        self.learned.update(
-            &key::learned_key(set_id, addr),
-            &key::learned_value(expires, verdicts, name_id),
-        )?;
+        let k = key::learned_key(set_id, addr);
+        let value = key::learned_value(expires, verdicts, name_id);
+        // A key userspace adds counts against the set's share as one it
+        // removed less.
+        if self.learned.insert_new(&k, &value)? {
+            self.adjust_released(set_id, -1)?;
+        } else {
+            self.learned.update(&k, &value)?;
+        }
         self.entries_changed(&occupancy, set_id)
     }
 
@@ -1448,7 +1606,8 @@ impl Filter {
         self.observe_share.update(
             &key::obs_share_slot(key::ObsShareSlot::Share),
             &share.max(1).to_ne_bytes(),
-        )
+        )?;
+        self.write_learned_share(occupancy)
     }
 
     pub(super) fn remove_cgroup(&self, cgroup_id: u64) -> Result<bool> {
@@ -1753,6 +1912,8 @@ mod tests {
                         QUESTIONS,
                         QUESTION_BUDGET,
                         SNOOP_STATS,
+                        // Written at every load from the sets in use.
+                        LEARNED_SHARE,
                         "question_scratch",
                         OBSERVE_SHARE,
                         OBSERVE_BUDGET,

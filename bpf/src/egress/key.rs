@@ -43,6 +43,7 @@ type HostKey = types::krt_egress_host_key;
 type HostValue = types::krt_egress_host;
 type ResolverKey = types::krt_dns_resolver_key;
 type ObsBudget = types::krt_egress_obs_budget;
+type LearnedBudget = types::krt_egress_learned_budget;
 type RawShareSlot = types::krt_egress_obs_share_slot;
 type SnoopStatsValue = crate::skel::dnssnoop::snoop::types::krt_dns_snoop_stats;
 
@@ -650,6 +651,37 @@ pub(super) fn decode_obs_budget(key: &[u8], value: &[u8]) -> Option<(u32, u64)> 
     ))
 }
 
+/// A `learned_budget` entry: the set, the keys the snooper added, the
+/// records it did not learn past the set's share, and the responses it
+/// refused.
+pub(super) fn decode_learned_budget(key: &[u8], value: &[u8]) -> Option<(u32, [u64; 3])> {
+    if value.len() != size_of::<LearnedBudget>() {
+        return None;
+    }
+    Some((
+        u32_at(key, 0)?,
+        [
+            u64_at(value, offset_of!(LearnedBudget, inserted))?,
+            u64_at(value, offset_of!(LearnedBudget, over_share))?,
+            u64_at(value, offset_of!(LearnedBudget, answers_refused))?,
+        ],
+    ))
+}
+
+/// The `learned_share` key (its only element), and the key of a set in
+/// `learned_budget` and `learned_released`.
+pub(super) fn set_key(set_id: u32) -> [u8; 4] {
+    set_id.to_ne_bytes()
+}
+
+/// The expiry of an `egress_learned` value.
+pub(super) fn learned_value_expires(value: &[u8]) -> Option<u64> {
+    if value.len() != size_of::<LearnedValue>() {
+        return None;
+    }
+    u64_at(value, offset_of!(LearnedValue, expires_ns))
+}
+
 /// The `dns_resolvers` value (a presence flag).
 pub(super) const RESOLVER_VALUE: [u8; 1] = [1];
 
@@ -764,6 +796,8 @@ pub(super) fn sum_snoop_stats(per_cpu: &[Vec<u8>]) -> Option<SnoopStats> {
         s.walk_limit += field(offset_of!(SnoopStatsValue, walk_limit))?;
         s.unsupported += field(offset_of!(SnoopStatsValue, unsupported))?;
         s.learn_failed += field(offset_of!(SnoopStatsValue, learn_failed))?;
+        s.over_share += field(offset_of!(SnoopStatsValue, over_share))?;
+        s.answers_refused += field(offset_of!(SnoopStatsValue, answers_refused))?;
         s.untrusted_source += field(offset_of!(SnoopStatsValue, untrusted_source))?;
         s.unsolicited += field(offset_of!(SnoopStatsValue, unsolicited))?;
         s.question_mismatch += field(offset_of!(SnoopStatsValue, question_mismatch))?;
@@ -1163,13 +1197,15 @@ mod tests {
     #[test]
     fn snoop_stats_sum_over_cpus() {
         let cpu =
-            |base: u64| -> Vec<u8> { (0..16u64).flat_map(|i| (base + i).to_ne_bytes()).collect() };
+            |base: u64| -> Vec<u8> { (0..18u64).flat_map(|i| (base + i).to_ne_bytes()).collect() };
         let s = sum_snoop_stats(&[cpu(0), cpu(10)]).unwrap();
         assert_eq!(s.responses, 10);
         assert_eq!(s.learned, 12);
         assert_eq!(s.learn_failed, 8 + 18);
-        assert_eq!(s.untrusted_source, 9 + 19);
-        assert_eq!(s.questions_unreadable, 15 + 25);
+        assert_eq!(s.over_share, 9 + 19);
+        assert_eq!(s.answers_refused, 10 + 20);
+        assert_eq!(s.untrusted_source, 11 + 21);
+        assert_eq!(s.questions_unreadable, 17 + 27);
         assert_eq!(sum_snoop_stats(&[vec![0; 8]]), None);
     }
 

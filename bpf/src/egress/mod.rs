@@ -24,7 +24,10 @@
 //! | `egress_seen` | array, 64 | `u32` cookie's low bits | `u64` cookie of a socket decided once, cached at its next packet (not pinned) |
 //!
 //! | `egress_domains` | hash, 2^14 | `struct krt_egress_domain_key { domain_key name; u32 set_id; }` | `struct krt_egress_domain { u32 verdicts; u32 name_id; }` (allow, deny, observe bits) |
-//! | `egress_learned` | LRU hash, 2^15 | `struct krt_egress_learned_key { u32 set_id, family; u8 addr[16]; }` | `struct krt_egress_learned { u64 expires_ns; u32 verdicts; u32 name_id; }` |
+//! | `egress_learned` | hash (not preallocated, never evicts), 2^18 | `struct krt_egress_learned_key { u32 set_id, family; u8 addr[16]; }` | `struct krt_egress_learned { u64 expires_ns; u32 verdicts; u32 name_id; }` |
+//! | `learned_share` | array, 1 | `u32` 0 | `u64` the entries of `egress_learned` each set may hold (not pinned) |
+//! | `learned_budget` | hash, 2^14 | `u32` set id | `struct krt_egress_learned_budget { u64 inserted, over_share, answers_refused; }` (the snooper's side) |
+//! | `learned_released` | hash, 2^14 | `u32` set id | `u64` entries userspace removed, less those it added |
 //!
 //! An LPM key's `prefixlen` counts the 32 set-id bits plus the address
 //! prefix, so a lookup can never match another set's entry.
@@ -225,13 +228,19 @@ pub const DNS_QUESTIONS_PER_S: u64 = 512;
 /// container cannot evict another's counts.
 pub const OBSERVATIONS_MAX: u64 = 1 << 14;
 
+/// Addresses `egress_learned` holds node-wide (`KRT_EGRESS_MAX_LEARNED`):
+/// each set in use may hold an equal share of them (less a margin per
+/// CPU), so one container's DNS answers cannot push out what another's
+/// taught. The map is not preallocated: it costs what it holds.
+pub const LEARNED_MAX: u64 = 1 << 18;
+
 /// Result of the egress filter's operations.
 pub type Result<T, E = EgressError> = std::result::Result<T, E>;
 
 /// The layout of the pinned maps this build reads and writes
 /// (`KRT_EGRESS_LAYOUT_VERSION` in `egress_filter.bpf.c`; see the [module
 /// docs](self#pinning-and-restarts)).
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 
 /// The longest ledger policy id, in bytes (the field is NUL-padded to 64).
 pub const LEDGER_ID_MAX_LEN: usize = 63;
@@ -448,6 +457,13 @@ pub struct SnoopStats {
     pub unsupported: u64,
     /// Learned addresses the map refused.
     pub learn_failed: u64,
+    /// A or AAAA records not learned because the set held its share of
+    /// the learned addresses ([`LEARNED_MAX`] over the sets in use).
+    pub over_share: u64,
+    /// Responses dropped because an address a name denied by an enforced
+    /// policy could not be learned (the set held its share): the pod is
+    /// never told an address it could not be stopped from reaching.
+    pub answers_refused: u64,
     /// Responses not from a declared resolver: nothing learned (a pod
     /// answering itself, loopback, a forged source address).
     pub untrusted_source: u64,
@@ -468,6 +484,21 @@ pub struct SnoopStats {
     pub questions_over_budget: u64,
     /// DNS questions that could not be read or noted.
     pub questions_unreadable: u64,
+}
+
+/// One set's use of its share of the learned addresses
+/// ([`EgressFilter::learned_use`]); counts since the set id was last freed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LearnedUse {
+    /// The filter set.
+    pub set_id: u32,
+    /// Entries it holds (expired ones until they are swept).
+    pub held: u64,
+    /// A or AAAA records not learned because it held its share.
+    pub over_share: u64,
+    /// Responses dropped because a denied name's address could not be
+    /// learned.
+    pub answers_refused: u64,
 }
 
 impl SnoopStats {
@@ -896,6 +927,32 @@ impl EgressFilter {
     /// map's size over the sets in use), or `None` before any set.
     pub fn observation_share(&self) -> Result<Option<u64>> {
         self.inner.observation_share()
+    }
+
+    /// Removes the learned addresses that expired (the map never evicts:
+    /// an expired entry takes room in its set's share until it goes).
+    /// Returns how many went. The daemon calls it at every poll.
+    pub fn sweep_learned(&self) -> Result<usize> {
+        self.inner.sweep_learned()
+    }
+
+    /// Each set's use of its share of the learned addresses (sets that
+    /// learned nothing since their id was last freed are absent).
+    pub fn learned_use(&self) -> Result<Vec<LearnedUse>> {
+        self.inner.learned_use()
+    }
+
+    /// The learned addresses each set may hold now: [`LEARNED_MAX`] over
+    /// the sets in use, less a margin per CPU, or less if capped
+    /// ([`Self::cap_learned_share`]); `None` before any set.
+    pub fn learned_share(&self) -> Result<Option<u64>> {
+        self.inner.learned_share()
+    }
+
+    /// Bounds every set's share of the learned addresses by `cap` (at
+    /// least 1), below the equal share it would otherwise get.
+    pub fn cap_learned_share(&self, cap: u64) -> Result<()> {
+        self.inner.cap_learned_share(cap)
     }
 
     /// The snooper's counters, summed over CPUs, since its load.

@@ -156,6 +156,22 @@ impl Filter {
         match *self {}
     }
 
+    pub(super) fn sweep_learned(&self) -> Result<usize> {
+        match *self {}
+    }
+
+    pub(super) fn learned_use(&self) -> Result<Vec<super::LearnedUse>> {
+        match *self {}
+    }
+
+    pub(super) fn learned_share(&self) -> Result<Option<u64>> {
+        match *self {}
+    }
+
+    pub(super) fn cap_learned_share(&self, _: u64) -> Result<()> {
+        match *self {}
+    }
+
     pub(super) fn snoop_error(&self) -> Option<&EgressError> {
         match *self {}
     }

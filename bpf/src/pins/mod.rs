@@ -14,7 +14,7 @@
 //!                                a replacement staged before its rename)
 //!   egress/                      marker: egress       (EgressFilter::load_pinned)
 //!     krt_pin_layout
-//!     maps/                      the 15 maps of EGRESS_MAPS
+//!     maps/                      the 17 maps of EGRESS_MAPS
 //!     links/<cgroup id>          one cgroup_skb link per filtered cgroup (and `<id>_new`)
 //!     snoop_links/<cgroup id>    one DNS answer snooper link per cgroup (and `<id>_new`)
 //! ```
@@ -116,7 +116,7 @@ pub const OPENEXEC_FMOD_RET_LINKS: [&str; 2] =
 /// but `.bss`, the generations, the per-socket verdict cache and its
 /// seen-once slots; the
 /// snooper's own counters are not pinned either).
-pub const EGRESS_MAPS: [&str; 15] = [
+pub const EGRESS_MAPS: [&str; 17] = [
     "cgroup_filters",
     "allow_v4",
     "deny_v4",
@@ -132,6 +132,8 @@ pub const EGRESS_MAPS: [&str; 15] = [
     "egress_domains",
     "egress_learned",
     "egress_domain_rules",
+    "learned_budget",
+    "learned_released",
 ];
 
 /// What a directory with a marker is.
@@ -283,7 +285,7 @@ static OPENEXEC_ENTRIES: [Entry; 15] = entries(
         OPENEXEC_FMOD_RET_LINKS[1],
     ],
 );
-static EGRESS_MAP_ENTRIES: [Entry; 15] = entries(&EGRESS_MAPS, &[]);
+static EGRESS_MAP_ENTRIES: [Entry; 17] = entries(&EGRESS_MAPS, &[]);
 
 /// The open/exec backend's directory.
 pub static OPENEXEC: Layout = Layout {
