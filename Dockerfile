@@ -28,10 +28,12 @@ RUN cargo build --release -p kyverno-runtime --locked 2>&1 | tee /tmp/build.log 
  && ! grep -q 'building WITHOUT BPF objects' /tmp/build.log
 
 # --- runtime: the binary and the two shared libraries it links beyond glibc
-# (`ldd`: libelf.so.1, libz.so.1, libgcc_s, libm, libc).
+# (`ldd`: libelf.so.1, libz.so.1, libgcc_s, libm, libc), and the CA roots
+# that `http.get` data sources verify servers with (the client reads the
+# system's store; without it every HTTPS source fails, issue 25).
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libelf1 zlib1g \
+ && apt-get install -y --no-install-recommends libelf1 zlib1g ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /src/target/release/kyverno-runtime /usr/local/bin/kyverno-runtime
 LABEL org.opencontainers.image.title="kyverno-runtime" \

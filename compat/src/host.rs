@@ -29,6 +29,10 @@ pub trait Host {
     ) -> Result<ProgramProbe, ProbeError>;
     /// Creates and exercises one probe map.
     fn probe_map(&self, map: ProbeMap) -> Result<(), ProbeError>;
+    /// Whether this process shares PID 1's mount namespace, so that its
+    /// own mount table is the host's (see [`crate::HostMounts`]). `true`
+    /// when it cannot tell: its own view is then all it has.
+    fn shares_init_mount_namespace(&self) -> bool;
 }
 
 /// The machine this process runs on.
@@ -98,6 +102,17 @@ impl Host for LiveHost {
 
     fn probe_map(&self, map: ProbeMap) -> Result<(), ProbeError> {
         bpf::probe_map(map)
+    }
+
+    fn shares_init_mount_namespace(&self) -> bool {
+        match (
+            std::fs::read_link("/proc/1/ns/mnt"),
+            std::fs::read_link("/proc/self/ns/mnt"),
+        ) {
+            (Ok(init), Ok(own)) => init == own,
+            // Unreadable (not root, no hostPID): our own view is all there is.
+            _ => true,
+        }
     }
 }
 

@@ -23,6 +23,9 @@ mod host;
 mod measure;
 mod plan;
 mod report;
+#[cfg(test)]
+mod test_host;
+mod view;
 
 pub use facts::{
     parse_active_lsms, parse_lockdown, parse_mountinfo, BpffsFacts, CgroupFacts, CgroupLayout,
@@ -33,6 +36,7 @@ pub use kyverno_runtime_bpf::probe::{ProbeMap, ProbeProgram};
 pub use measure::{measure, MapId, Measurements, Outcome, ProbeFailure, Prober, ProgramId};
 pub use plan::{derive_plan, Backend, Behavior, OpenExecBackend, Overrides, Plan, PlanEntry};
 pub use report::{ProbeReport, SCHEMA_VERSION};
+pub use view::{reach, HostMounts, INIT_ROOT};
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]

@@ -2,6 +2,7 @@
 
 use crate::facts::{self, KernelFacts, LsmFacts};
 use crate::host::Host;
+use crate::view::HostMounts;
 use kyverno_runtime_bpf::probe::{ProbeError, ProbeMap, ProbeProgram, Stage};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -212,17 +213,27 @@ fn not_measured() -> Outcome {
 
 const OSRELEASE: &str = "/proc/sys/kernel/osrelease";
 const BTF_VMLINUX: &str = "/sys/kernel/btf/vmlinux";
-const MOUNTINFO: &str = "/proc/self/mountinfo";
+const MOUNTINFO: &str = crate::view::SELF_MOUNTINFO;
 const SECURITYFS: &str = "/sys/kernel/security";
 
 /// Measures the kernel through `host`. Never fails: whatever cannot be
 /// read or loaded is recorded as such, with the reason.
 pub fn measure(host: &dyn Host) -> Measurements {
+    // Our own table says whether securityfs is mounted where we read it;
+    // the host's (the same one beside PID 1, PID 1's from a pod) where the
+    // cgroups and bpffs are: the resolver reads that one too.
     let mounts = host
         .read_to_string(Path::new(MOUNTINFO))
         .map(|text| facts::parse_mountinfo(&text))
         .unwrap_or_default();
-    let cgroup = facts::cgroup_facts(&mounts);
+    let host_mounts = match HostMounts::read(host) {
+        Ok(view) => view.mounts,
+        Err(e) => {
+            tracing::warn!(error = %e, "the host's mount table cannot be read: probing with this process's own");
+            mounts.clone()
+        }
+    };
+    let cgroup = facts::cgroup_facts(&host_mounts);
     let mounted_securityfs = mounts
         .iter()
         .any(|m| m.fs_type == "securityfs" && m.mount_point == Path::new(SECURITYFS));
@@ -235,7 +246,7 @@ pub fn measure(host: &dyn Host) -> Measurements {
         btf: host.exists(Path::new(BTF_VMLINUX)),
         lsm,
         lockdown,
-        bpffs: facts::bpffs_facts(&mounts),
+        bpffs: facts::bpffs_facts(&host_mounts),
         cgroup,
     };
 
@@ -479,6 +490,9 @@ mod tests {
             self.log.borrow_mut().push(format!("map {m:?}"));
             Ok(())
         }
+        fn shares_init_mount_namespace(&self) -> bool {
+            true
+        }
     }
 
     const UNIFIED: &str = "25 1 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
@@ -577,6 +591,28 @@ mod tests {
         assert!(!m.kernel.lsm.mounted_securityfs);
         assert!(m.kernel.lsm.bpf_active);
         assert!(!host.log.borrow().iter().any(|l| l == "mount securityfs"));
+    }
+
+    #[test]
+    fn a_pod_probes_the_hosts_cgroup_v2_and_bpffs_not_its_own_mounts() {
+        let host_table = format!(
+            "{}99 23 0:40 / /sys/fs/bpf rw,relatime - bpf bpf rw\n",
+            include_str!("../tests/fixtures/mountinfo-hybrid-host.txt")
+        );
+        let host = crate::test_host::FixtureHost::in_a_pod(
+            include_str!("../tests/fixtures/mountinfo-hybrid-pod.txt"),
+            &host_table,
+        );
+        let m = measure(&host);
+        assert_eq!(m.kernel.cgroup.layout, crate::CgroupLayout::Hybrid);
+        assert_eq!(
+            m.kernel.cgroup.v2_mount.as_deref(),
+            Some(Path::new("/proc/1/root/sys/fs/cgroup/unified"))
+        );
+        assert_eq!(
+            m.kernel.bpffs.path.as_deref(),
+            Some(Path::new("/proc/1/root/sys/fs/bpf"))
+        );
     }
 
     #[test]

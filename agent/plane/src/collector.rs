@@ -375,7 +375,10 @@ impl Collector {
 
     /// Runs every source and the dispatch loop until `stop` turns true;
     /// then lets each source drain once more, handles every buffered event,
-    /// and returns.
+    /// and returns. It runs until `stop` even when no source runs (none
+    /// was available on the node, or every one has ended): the daemon then
+    /// stays up, serving status, `/metrics` and `/healthz` and saying why
+    /// (issue 25), instead of ending and being restarted in a loop.
     pub async fn run(self, stop: watch::Receiver<bool>) {
         let Collector {
             sources,
@@ -404,23 +407,30 @@ impl Collector {
         // the sources are done, so the channel closes when every producer
         // has finished.
         drop(emitter);
+        let dispatch_stop = stop.clone();
         let dispatch = async {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // Every producer gone: nothing more can arrive, but the loop
+            // keeps beating until stop (see above).
+            let mut closed = false;
             loop {
                 tokio::select! {
-                    batch = rx.recv() => match batch {
+                    batch = rx.recv(), if !closed => match batch {
                         Some(mut batch) => {
                             let n = batch.len();
                             dispatch(&stages, &sinks, &mut batch);
                             queued.fetch_sub(n, Ordering::AcqRel);
                         }
-                        None => break,
+                        None => closed = true,
                     },
                     _ = tick.tick() => {}
                 }
                 if let Some(beat) = &heartbeat {
                     beat();
+                }
+                if closed && *dispatch_stop.borrow() {
+                    break;
                 }
             }
         };

@@ -168,6 +168,29 @@ async fn every_event_emitted_before_stop_is_delivered() {
     assert_eq!(*rec.seen.lock().unwrap(), ["/a", "/b", "/c"]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn with_no_source_it_runs_and_beats_until_stop() {
+    // A node where no event source could start (issue 25: the daemon then
+    // ended and crash-looped): the collector keeps beating, so /healthz
+    // stays live, and returns only at stop.
+    let beats = Arc::new(AtomicUsize::new(0));
+    let mut collector = Collector::new(16, None);
+    let counted = beats.clone();
+    collector.on_heartbeat(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let run = tokio::spawn(collector.run(stop_rx));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(!run.is_finished(), "it ended with no source and no stop");
+    assert!(beats.load(Ordering::SeqCst) >= 30, "the heartbeat stopped");
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("it returns at stop")
+        .unwrap();
+}
+
 /// Fails its first `fail` runs, then runs until stop.
 struct Flaky {
     runs: Arc<AtomicUsize>,

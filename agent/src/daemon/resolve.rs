@@ -50,7 +50,9 @@ pub struct CgroupResolver {
 }
 
 impl CgroupResolver {
-    /// The root from `--cgroup-root`; otherwise the host's cgroup mounts.
+    /// The root from `--cgroup-root`; otherwise the host's cgroup mounts,
+    /// from the host's mount table as the probe reads it
+    /// ([`kyverno_runtime_compat::HostMounts`]).
     ///
     /// In a container (its own mount and cgroup namespaces, no host
     /// mounts) the daemon's own `/sys/fs/cgroup` shows only its own
@@ -63,13 +65,14 @@ impl CgroupResolver {
                 let version = cgroups::CgroupVersion::of_dir(&path);
                 cgroups::Resolver::new(vec![cgroups::CgroupRoot::new(path, version)])
             }
-            None if !same_mount_namespace_as_init() => {
-                let text = cgroups::read_mountinfo(Path::new("/proc/1/mountinfo"))?;
+            None => {
+                let (table, host_root) =
+                    kyverno_runtime_compat::HostMounts::locate(&kyverno_runtime_compat::LiveHost);
+                let text = cgroups::read_mountinfo(Path::new(table))?;
                 let roots = cgroups::select_roots(&cgroups::parse_mountinfo(&text))
                     .into_iter()
                     .map(|mut r| {
-                        r.mount_point = Path::new("/proc/1/root")
-                            .join(r.mount_point.strip_prefix("/").unwrap_or(&r.mount_point));
+                        r.mount_point = kyverno_runtime_compat::reach(&host_root, &r.mount_point);
                         r
                     })
                     .collect::<Vec<_>>();
@@ -78,7 +81,6 @@ impl CgroupResolver {
                 }
                 cgroups::Resolver::new(roots)
             }
-            None => cgroups::Resolver::discover()?,
         };
         for r in inner.roots() {
             tracing::info!(root = %r.mount_point.display(), version = ?r.version, "container cgroups are resolved under this root");
@@ -118,16 +120,5 @@ impl CgroupResolver {
             });
         }
         out
-    }
-}
-
-fn same_mount_namespace_as_init() -> bool {
-    match (
-        std::fs::read_link("/proc/1/ns/mnt"),
-        std::fs::read_link("/proc/self/ns/mnt"),
-    ) {
-        (Ok(a), Ok(b)) => a == b,
-        // Unreadable (not root, no hostPID): our own view is all there is.
-        _ => true,
     }
 }
