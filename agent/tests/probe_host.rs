@@ -117,3 +117,43 @@ fn override_forces_the_open_exec_backend_and_says_so() {
     let auto = probe(&[]);
     assert_eq!(report.plan.network, auto.plan.network);
 }
+
+/// The probe in a PID namespace of its own, as the daemon's is in a hostPID
+/// pod on a node that runs in one (kind's nodes, ci/node-up's): the kernel
+/// numbers the probe's exec child in the initial namespace, the probe in
+/// its own, and before issue 25's fix it concluded the exec tracer "never
+/// ran". Its programs number tasks in the prober's namespace now, so the
+/// plan is the same as outside it.
+#[test]
+fn a_probe_in_a_pid_namespace_of_its_own_measures_what_one_outside_does() {
+    let outside = probe(&[]);
+    let out = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount",
+            "--propagation",
+            "private",
+            "--mount-proc",
+        ])
+        .arg(env!("CARGO_BIN_EXE_kyverno-runtime"))
+        .args(["probe", "--json"])
+        .env("KRT_LOG", "warn")
+        .output()
+        .expect("run kyverno-runtime probe under unshare");
+    assert!(
+        out.status.success(),
+        "probe in a PID namespace failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let inside: ProbeReport = serde_json::from_slice(&out.stdout).expect("probe --json parses");
+    for id in ProgramId::ALL {
+        assert_eq!(
+            inside.measurements.program(id).runs,
+            outside.measurements.program(id).runs,
+            "{id:?} runs inside a PID namespace as outside"
+        );
+    }
+    assert_eq!(inside.plan.exec_argv, outside.plan.exec_argv);
+    assert_eq!(inside.plan.open, outside.plan.open);
+}

@@ -10,12 +10,34 @@
 #define KRT_PROBE_H
 
 #include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
 
 #define KRT_TASK_COMM_LEN 16
 
+/*
+ * The tgid of the current task as the probing process numbers it: in the
+ * PID namespace whose nsfs device and inode userspace read from
+ * /proc/self/ns/pid (`dev`, `ino`), or 0 for a task of another namespace.
+ * bpf_get_current_pid_tgid() gives the initial namespace's number, which is
+ * not the prober's inside a node that runs in a PID namespace of its own
+ * (issue 25: a hostPID pod on such a node saw its probes "never run").
+ * `ino` 0 (not read): the initial namespace's number.
+ */
+static __always_inline __u32 krt_probe_tgid(__u64 dev, __u64 ino)
+{
+	struct bpf_pidns_info ns = {};
+
+	if (ino == 0)
+		return bpf_get_current_pid_tgid() >> 32;
+	if (bpf_get_ns_current_pid_tgid(dev, ino, &ns, sizeof(ns)) != 0)
+		return 0;
+	return ns.tgid;
+}
+
 /* One record per exec seen by raw_tp/sched_process_exec. */
 struct krt_exec_event {
-	/* Thread-group id (what userspace calls the pid) of the exec'ing task. */
+	/* Thread-group id (what userspace calls the pid) of the exec'ing task,
+	 * in the prober's PID namespace (0: another namespace's task). */
 	__u32 pid;
 	/* task->comm after exec, NUL-padded. */
 	char comm[KRT_TASK_COMM_LEN];

@@ -19,6 +19,10 @@ struct {
  */
 struct krt_exec_event krt_exec_event_btf_anchor = {};
 
+/* The prober's PID namespace (see krt_probe_tgid). */
+const volatile __u64 pidns_dev = 0;
+const volatile __u64 pidns_ino = 0;
+
 SEC("raw_tp/sched_process_exec")
 int krt_probe_exec_trace(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -31,7 +35,7 @@ int krt_probe_exec_trace(struct bpf_raw_tracepoint_args *ctx)
 	/* Ring buffer memory is not zeroed: never leak stale kernel bytes
 	 * (padding, the comm tail) to userspace. */
 	__builtin_memset(e, 0, sizeof(*e));
-	e->pid = bpf_get_current_pid_tgid() >> 32;
+	e->pid = krt_probe_tgid(pidns_dev, pidns_ino);
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	bpf_ringbuf_submit(e, 0);

@@ -10,9 +10,13 @@
  * real open/exec object does.
  */
 #include "common.h"
+#include "probe.h"
 
 /* Thread-group id to count; set by userspace before load. 0 matches nothing. */
 const volatile __u32 target_tgid = 0;
+/* The prober's PID namespace (see krt_probe_tgid). */
+const volatile __u64 pidns_dev = 0;
+const volatile __u64 pidns_ino = 0;
 
 /* Invocations of the hook by target_tgid. */
 __u64 run_count = 0;
@@ -23,7 +27,7 @@ char probe_path[64] = {};
 SEC("fmod_ret/security_file_open")
 int BPF_PROG(krt_probe_fmod_ret_file_open, struct file *file)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u32 tgid = krt_probe_tgid(pidns_dev, pidns_ino);
 
 	if (target_tgid != 0 && tgid == target_tgid) {
 		__sync_fetch_and_add(&run_count, 1);

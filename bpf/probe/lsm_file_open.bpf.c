@@ -13,9 +13,13 @@
  * plan falls back to fmod_ret, as the daemon would have to.
  */
 #include "common.h"
+#include "probe.h"
 
 /* Thread-group id to count; set by userspace before load. 0 matches nothing. */
 const volatile __u32 target_tgid = 0;
+/* The prober's PID namespace (see krt_probe_tgid). */
+const volatile __u64 pidns_dev = 0;
+const volatile __u64 pidns_ino = 0;
 
 /* Invocations of the hook by target_tgid. */
 __u64 run_count = 0;
@@ -26,7 +30,7 @@ char probe_path[64] = {};
 SEC("lsm/file_open")
 int BPF_PROG(krt_probe_lsm_file_open, struct file *file)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u32 tgid = krt_probe_tgid(pidns_dev, pidns_ino);
 
 	if (target_tgid != 0 && tgid == target_tgid) {
 		__sync_fetch_and_add(&run_count, 1);

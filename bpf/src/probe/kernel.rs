@@ -87,6 +87,8 @@ fn lsm_file_open() -> Result<ProgramProbe> {
         .as_mut()
         .ok_or_else(no_rodata)?
         .target_tgid = std::process::id();
+    let rodata = open.maps.rodata_data.as_mut().ok_or_else(no_rodata)?;
+    (rodata.pidns_dev, rodata.pidns_ino) = own_pid_namespace();
     let skel = open.load().map_err(load_err)?;
     let link = skel
         .progs
@@ -111,6 +113,8 @@ fn fmod_ret_file_open() -> Result<ProgramProbe> {
         .as_mut()
         .ok_or_else(no_rodata)?
         .target_tgid = std::process::id();
+    let rodata = open.maps.rodata_data.as_mut().ok_or_else(no_rodata)?;
+    (rodata.pidns_dev, rodata.pidns_ino) = own_pid_namespace();
     let skel = open.load().map_err(load_err)?;
     // fmod_ret attaches through a BPF trampoline, like fentry/fexit.
     let link = skel
@@ -202,9 +206,11 @@ fn cgroup_skb_egress(cgroup_dir: Option<&Path>) -> Result<ProgramProbe> {
 
 fn exec_trace() -> Result<ProgramProbe> {
     let mut object = MaybeUninit::uninit();
-    let open = exec_trace::ExecTraceSkelBuilder::default()
+    let mut open = exec_trace::ExecTraceSkelBuilder::default()
         .open(&mut object)
         .map_err(open_err)?;
+    let rodata = open.maps.rodata_data.as_mut().ok_or_else(no_rodata)?;
+    (rodata.pidns_dev, rodata.pidns_ino) = own_pid_namespace();
     let skel = open.load().map_err(load_err)?;
     let link = skel
         .progs
@@ -248,6 +254,14 @@ fn exec_trace() -> Result<ProgramProbe> {
     Ok(ProgramProbe {
         ran: Some(seen.get()),
     })
+}
+
+/// The nsfs device and inode of this process's PID namespace, so that the
+/// probe programs number tasks as it does (`krt_probe_tgid` in probe.h);
+/// (0, 0), the initial namespace's numbers, when it cannot be read.
+fn own_pid_namespace() -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self/ns/pid").map_or((0, 0), |m| (m.dev(), m.ino()))
 }
 
 /// Runs `/bin/true` (or, where only busybox applets exist, `/bin/sh -c :`)
