@@ -264,10 +264,11 @@ fn own_pid_namespace() -> (u64, u64) {
     std::fs::metadata("/proc/self/ns/pid").map_or((0, 0), |m| (m.dev(), m.ino()))
 }
 
-/// Runs `/bin/true` (or, where only busybox applets exist, `/bin/sh -c :`)
-/// to completion and returns its pid.
+/// Runs a short child to completion and returns its pid: this executable
+/// again with `--version` (the daemon's image has no other program, issue
+/// 25: no `/bin/true`, no shell), or `/bin/true`, or `/bin/sh -c :`.
 fn run_short_child() -> Result<u32> {
-    let spawn = |prog: &str, args: &[&str]| {
+    let spawn = |prog: &std::path::Path, args: &[&str]| {
         Command::new(prog)
             .args(args)
             .stdin(Stdio::null())
@@ -275,9 +276,17 @@ fn run_short_child() -> Result<u32> {
             .stderr(Stdio::null())
             .spawn()
     };
-    let mut child = spawn("/bin/true", &[])
-        .or_else(|_| spawn("/bin/sh", &["-c", ":"]))
-        .map_err(|e| ProbeError::io(Stage::Run, "cannot run /bin/true or /bin/sh", &e))?;
+    let own = std::path::Path::new("/proc/self/exe");
+    let mut child = spawn(own, &["--version"])
+        .or_else(|_| spawn(std::path::Path::new("/bin/true"), &[]))
+        .or_else(|_| spawn(std::path::Path::new("/bin/sh"), &["-c", ":"]))
+        .map_err(|e| {
+            ProbeError::io(
+                Stage::Run,
+                "cannot run this executable, /bin/true or /bin/sh",
+                &e,
+            )
+        })?;
     let pid = child.id();
     // Its exit status does not matter: exec happened or spawn had failed.
     child
