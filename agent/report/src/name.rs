@@ -13,19 +13,24 @@ pub const REPORT_NAME_PREFIX: &str = "kyverno-runtime-";
 /// and what the original writer produced.
 pub const MAX_REPORT_NAME_LEN: usize = 63;
 
-/// Hex digits of the pod name's SHA-256 in a shortened name.
-const HASH_LEN: usize = 8;
+/// Hex digits of the pod name's SHA-256 in a shortened name: 64 bits, so
+/// that no one can search out a second pod name with the same suffix (32
+/// bits, as before issue 38, took minutes) and take its Report.
+const HASH_LEN: usize = 16;
 
 /// The Report name for a pod: `kyverno-runtime-<podName>` when that is a
-/// DNS-1123 label of at most 63 characters.
+/// DNS-1123 label of at most 63 characters that does not itself end the
+/// way a shortened name does (`-` and 16 hex digits).
 ///
-/// Otherwise (a long pod name, or one with dots, which a subdomain allows
-/// and a label does not) the name is mapped to `[a-z0-9-]`, cut so that
-/// `-<8 hex digits>` of the pod name's SHA-256 fits, and suffixed with
-/// them. The suffix is what keeps two pods whose names share the first 38
-/// characters (`job-with-a-long-name-...-x7k2p`) or differ only in a dot
-/// and a dash (`a.b`, `a-b`) on two Reports; it is computed from the pod
-/// name alone, so the name is the same on every flush and every node.
+/// Otherwise (a long pod name, one with dots, which a subdomain allows and
+/// a label does not, or one shaped like a shortened name) the name is
+/// mapped to `[a-z0-9-]`, cut so that `-<16 hex digits>` of the pod name's
+/// SHA-256 fits, and suffixed with them. So the mapping is injective as far
+/// as SHA-256 is: a kept name never looks shortened (issue 38: the pod
+/// `web-v1-<hash of "web.v1">` took `web.v1`'s Report), and two shortened
+/// names are equal only if their pod names' hashes are. The suffix is
+/// computed from the pod name alone, so the name is the same on every
+/// flush and every node.
 pub fn report_name(pod_name: &str) -> String {
     let mapped = map_to_label(pod_name);
     let altered = mapped != pod_name;
@@ -66,12 +71,27 @@ fn map_to_label(name: &str) -> String {
         .collect()
 }
 
+/// Whether `name` ends as a shortened name does: `-` and [`HASH_LEN`]
+/// lowercase hex digits.
+fn looks_shortened(name: &str) -> bool {
+    let Some(cut) = name.len().checked_sub(HASH_LEN + 1) else {
+        return false;
+    };
+    name.get(cut..).is_some_and(|tail| {
+        tail.starts_with('-')
+            && tail[1..]
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 /// `full` if it can stand as is; otherwise cut to leave room for `-` and
-/// 8 hex digits of `hashed`'s SHA-256, and suffixed with them.
+/// [`HASH_LEN`] hex digits of `hashed`'s SHA-256, and suffixed with them.
 fn bounded(full: String, altered: bool, hashed: &str) -> String {
     if !altered
         && full.len() <= MAX_REPORT_NAME_LEN
         && full.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && !looks_shortened(&full)
     {
         return full;
     }
@@ -119,14 +139,52 @@ mod tests {
 
     #[test]
     fn the_hash_suffix_is_stable() {
-        // The first 8 hex digits of sha256(pod), computed independently with
+        // The first 16 hex digits of sha256(pod), computed independently with
         // Python's hashlib; a change would orphan every shortened Report.
         let pod = "checkout-service-canary-7d9f8b6c5d-x2x9z-with-a-long-suffix";
         assert_eq!(
             report_name(pod),
-            "kyverno-runtime-checkout-service-canary-7d9f8b6c5d-x2x-20de816b"
+            "kyverno-runtime-checkout-service-canary-7d9f8b-20de816b1018ac9e"
         );
         assert_eq!(report_name(pod), report_name(pod));
+    }
+
+    /// Issue 38: pairs of pod names built to collide. Each kept name that
+    /// is shaped like a shortened one is shortened itself, so no pod can
+    /// take another's Report by spelling out its shortened name.
+    #[test]
+    fn names_built_to_collide_get_two_reports() {
+        let shortened = |pod: &str| report_name(pod)[REPORT_NAME_PREFIX.len()..].to_owned();
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for pod in [
+            "web.v1",
+            "WEB",
+            "a_b",
+            &"x".repeat(70),
+            &format!("{}.y", "x".repeat(40)),
+        ] {
+            // The pod whose own name is exactly what `pod` maps to.
+            pairs.push((pod.to_owned(), shortened(pod)));
+        }
+        // A name with the suffix shape but another hash, and one without
+        // the dash.
+        pairs.push(("web-v1".into(), format!("web-v1-{}", "0".repeat(HASH_LEN))));
+        pairs.push(("web-v1".into(), format!("web-v1{}", "a".repeat(HASH_LEN))));
+        for (a, b) in &pairs {
+            assert_ne!(a, b);
+            assert_ne!(report_name(a), report_name(b), "{a:?} and {b:?}");
+            assert!(is_dns1123_label(&report_name(b)), "{b:?}");
+        }
+        // Ordinary names are kept, generated suffixes of other shapes too.
+        for pod in ["web-7d9f8b6c5d-x2x9z", "db-0", "job-28391760-abcde"] {
+            assert_eq!(report_name(pod), format!("{REPORT_NAME_PREFIX}{pod}"));
+        }
+        // The same for controllers.
+        let c = controller_report_name(ControllerKind::Deployment, "web.v1");
+        let tail = c
+            .strip_prefix("kyverno-runtime-deployment.")
+            .expect("the kind and dot are kept");
+        assert_ne!(controller_report_name(ControllerKind::Deployment, tail), c);
     }
 
     #[test]
