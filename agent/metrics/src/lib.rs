@@ -20,7 +20,7 @@ pub use server::{serve, ServeError};
 
 use labels::{
     DropLabels, OperationLabels, PolicyBehaviorLabels, PolicyExpressionLabels, ProgramLabels,
-    ResultLabels, SourceKindLabels, SourceLabels, SourceReasonLabels,
+    ReasonLabels, ResultLabels, SourceKindLabels, SourceLabels, SourceReasonLabels,
 };
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -43,6 +43,7 @@ pub struct Metrics {
     findings_emitted: Family<PolicyBehaviorLabels, Counter>,
     monitor_filter_eval_errors: Family<PolicyExpressionLabels, Counter>,
     report_writes: Family<ResultLabels, Counter>,
+    status_writes_failed: Family<ReasonLabels, Counter>,
     source_available: Family<SourceLabels, Gauge>,
     source_failures: Family<SourceReasonLabels, Counter>,
     pods_unresolved: Gauge,
@@ -71,6 +72,7 @@ impl Metrics {
             findings_emitted: Family::default(),
             monitor_filter_eval_errors: Family::default(),
             report_writes: Family::default(),
+            status_writes_failed: Family::default(),
             source_available: Family::default(),
             source_failures: Family::default(),
             pods_unresolved: Gauge::default(),
@@ -109,6 +111,12 @@ impl Metrics {
             "report_writes",
             "OpenReports Report writes, by result",
             m.report_writes.clone(),
+        );
+        registry.register(
+            "status_writes_failed",
+            "RuntimePolicy status writes of this node's shard that failed, by reason \
+             (unreachable, throttled, server_error, refused, conflicts)",
+            m.status_writes_failed.clone(),
         );
         registry.register(
             "source_available",
@@ -193,6 +201,16 @@ impl Metrics {
     pub fn report_write(&self, result: ReportWriteResult) {
         self.report_writes
             .get_or_create(&ResultLabels::new(result))
+            .inc();
+    }
+
+    /// A status write of this node's shard failed for `reason` (the
+    /// status writer's `Error::metric_label`).
+    pub fn status_write_failed(&self, reason: &str) {
+        self.status_writes_failed
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
             .inc();
     }
 

@@ -58,6 +58,9 @@ fn populated() -> Arc<Metrics> {
     m.set_source_available("dnsquery", true);
     m.source_failure("exec-trace", SourceFailureReason::ReaderFailed);
     m.bpf_program_ran("egress_filter", 1_500, 3);
+    m.status_write_failed("throttled");
+    m.status_write_failed("throttled");
+    m.status_write_failed("unreachable");
     m
 }
 
@@ -132,6 +135,16 @@ async fn a_scrape_parses_and_holds_every_listed_series() {
         );
     }
     assert!(body.contains("# TYPE nirmata_runtime_source_available gauge"));
+    // Failed status writes, by reason (issue 38).
+    let failed: Vec<_> = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "nirmata_runtime_status_writes_failed_total")
+        .map(|s| (s.labels.get("reason").unwrap().to_string(), value(&s.value)))
+        .collect();
+    assert!(failed.contains(&("throttled".into(), 2.0)), "{failed:?}");
+    assert!(failed.contains(&("unreachable".into(), 1.0)), "{failed:?}");
+    assert!(body.contains("# TYPE nirmata_runtime_status_writes_failed counter"));
 }
 
 /// A manual monotonic clock: the test moves time, so a stall is proven

@@ -837,8 +837,10 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
     let (reporter_done_tx, reporter_done_rx) = watch::channel(false);
     {
         let writer = StatusWriter::new(client.clone(), args.node_name.clone());
-        let mut flush =
-            FlushLoop::new(writer, reports.clone(), view).interval(args.status_interval);
+        let failed = metrics.clone();
+        let mut flush = FlushLoop::new(writer, reports.clone(), view)
+            .interval(args.status_interval)
+            .on_write_failed(move |e| failed.status_write_failed(e.metric_label()));
         if let Some(r) = &recorder {
             flush = flush.on_condition_changed(r.handle().condition_callback());
         }

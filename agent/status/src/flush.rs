@@ -86,7 +86,11 @@ pub struct FlushLoop {
     view: watch::Receiver<ClusterView>,
     interval: Duration,
     on_change: Option<ConditionCallback>,
+    on_failure: Option<FailureCallback>,
 }
+
+/// What [`FlushLoop::on_write_failed`] calls.
+type FailureCallback = Arc<dyn Fn(&Error) + Send + Sync>;
 
 impl FlushLoop {
     /// A loop writing `reports` through `writer`, judging shards against
@@ -98,12 +102,22 @@ impl FlushLoop {
             view,
             interval: DEFAULT_INTERVAL,
             on_change: None,
+            on_failure: None,
         }
     }
 
     /// Flushes every `interval` instead of every 30 s.
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
+        self
+    }
+
+    /// Calls `f` for every write of a policy's status that failed (a
+    /// policy deleted before its write is not a failure), so that the
+    /// daemon counts them by [`Error::metric_label`] beside the log line.
+    /// It runs on the loop's task: it must be quick.
+    pub fn on_write_failed(mut self, f: impl Fn(&Error) + Send + Sync + 'static) -> Self {
+        self.on_failure = Some(Arc::new(f));
         self
     }
 
@@ -169,7 +183,12 @@ impl FlushLoop {
                 Err(e) if e.is_not_found() => {
                     tracing::debug!(policy, "policy deleted before its status flush");
                 }
-                Err(e) => tracing::warn!(error = %e, "status flush failed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, reason = e.metric_label(), "status flush failed");
+                    if let Some(callback) = &self.on_failure {
+                        callback(e);
+                    }
+                }
             }
             results.push((policy, result));
         }

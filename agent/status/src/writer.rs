@@ -37,10 +37,21 @@ pub enum Error {
 }
 
 impl Error {
-    /// A short stable name for metric labels.
+    /// A short stable name for metric labels
+    /// (`status_writes_failed_total{reason}`): the API server could not be
+    /// reached, throttled the write (429), failed it (5xx) or refused it
+    /// (another 4xx: RBAC, validation), or every attempt lost a race.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Api { .. } => "api",
+            Error::Api {
+                source: kube::Error::Api(status),
+                ..
+            } => match status.code {
+                429 => "throttled",
+                500..=599 => "server_error",
+                _ => "refused",
+            },
+            Error::Api { .. } => "unreachable",
             Error::Conflicts { .. } => "conflicts",
         }
     }
@@ -222,5 +233,42 @@ impl StatusWriter {
             nodes: shards,
             last_evaluated_time,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> Error {
+        let mut status = kube::core::Status::failure("refused", "Test");
+        status.code = code;
+        Error::Api {
+            policy: "p".into(),
+            source: kube::Error::Api(status.boxed()),
+        }
+    }
+
+    /// The reasons of `status_writes_failed_total` (issue 38: failed status
+    /// writes were only logged).
+    #[test]
+    fn a_failed_write_is_labelled_by_what_the_api_server_did() {
+        assert_eq!(api(429).metric_label(), "throttled");
+        assert_eq!(api(500).metric_label(), "server_error");
+        assert_eq!(api(503).metric_label(), "server_error");
+        assert_eq!(api(403).metric_label(), "refused");
+        assert_eq!(api(422).metric_label(), "refused");
+        let unreachable = Error::Api {
+            policy: "p".into(),
+            source: kube::Error::TlsRequired,
+        };
+        assert_eq!(unreachable.metric_label(), "unreachable");
+        let raced = Error::Conflicts {
+            policy: "p".into(),
+            attempts: 5,
+        };
+        assert_eq!(raced.metric_label(), "conflicts");
+        assert!(api(404).is_not_found());
+        assert!(!api(403).is_not_found());
     }
 }
