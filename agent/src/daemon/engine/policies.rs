@@ -401,12 +401,12 @@ impl Engine {
         let Some(state) = self.policies.get_mut(name) else {
             return;
         };
-        state.evaluated_at = Some(now());
         let PolicyOutcome::Compiled {
             compiled,
             evaluate_error,
         } = &mut state.outcome
         else {
+            state.evaluated_at = Some(now());
             return;
         };
         let p = compiled.evaluate_partial(shared_policy_context(), data, RUNTIME_COST_BUDGET);
@@ -425,6 +425,9 @@ impl Engine {
             *evaluate_error = Some(message);
         } else {
             *evaluate_error = None;
+            // Only a success moves lastEvaluatedTime (issue 38): after a
+            // failure it says when the lists in force were last computed.
+            state.evaluated_at = Some(now());
         }
         let was = state.in_force.as_ref();
         let Some((result, generations)) =

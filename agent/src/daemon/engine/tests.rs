@@ -174,6 +174,9 @@ fn a_policy_reading_data_with_nothing_to_fetch_it_says_it_needs_live_data() {
         "{message}"
     );
     assert_eq!(r.shard.observation_available, Some(false));
+    // Never evaluated successfully: no lastEvaluatedTime (issue 38: it
+    // moved forward on every failed evaluation).
+    assert_eq!(r.shard.last_evaluated_time, None);
 }
 
 #[test]
