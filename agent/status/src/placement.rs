@@ -22,14 +22,22 @@ pub fn expected_nodes(daemonset: &DaemonSet, pods: &[Pod]) -> Option<BTreeSet<St
     if status.observed_generation < daemonset.metadata.generation {
         return None;
     }
-    let nodes: BTreeSet<String> = pods
-        .iter()
-        .filter(|pod| owned_by(pod, uid))
+    let owned = || pods.iter().filter(|pod| owned_by(pod, uid));
+    let live: BTreeSet<String> = owned()
         .filter(|pod| pod.metadata.deletion_timestamp.is_none())
         .filter_map(pod_node)
         .collect();
     let desired = usize::try_from(status.desired_number_scheduled).unwrap_or(0);
-    (nodes.len() >= desired).then_some(nodes)
+    if live.len() >= desired {
+        // Every node the controller wants has a live pod: a terminating
+        // pod's node is one that left the placement.
+        return Some(live);
+    }
+    // Fewer live pods than wanted: a rollout step replacing a pod (issue
+    // 38: every policy's conditions turned Unknown at each step). The node
+    // of a terminating pod is still expected, its replacement on the way.
+    let all: BTreeSet<String> = owned().filter_map(pod_node).collect();
+    (all.len() >= desired).then_some(all)
 }
 
 fn owned_by(pod: &Pod, uid: &str) -> bool {
@@ -169,5 +177,23 @@ mod tests {
         let mut no_status = daemonset(1, 1, 0);
         no_status.status = None;
         assert_eq!(expected_nodes(&no_status, &[]), None);
+    }
+
+    #[test]
+    fn a_rollout_step_keeps_the_replaced_pods_node_expected() {
+        let mut replaced = pod("ds-uid", Some("b"), None);
+        replaced.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let pods = [
+            pod("ds-uid", Some("a"), None),
+            replaced,
+            pod("ds-uid", Some("c"), None),
+        ];
+        // Three wanted, two live, one being replaced: the placement is
+        // known (it was None, and every policy read Unknown).
+        let want: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
+        assert_eq!(expected_nodes(&daemonset(2, 2, 3), &pods), Some(want));
+        // Two wanted: b left the placement, and its pod is going.
+        let live: BTreeSet<String> = ["a", "c"].map(String::from).into();
+        assert_eq!(expected_nodes(&daemonset(2, 2, 2), &pods), Some(live));
     }
 }
