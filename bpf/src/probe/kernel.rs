@@ -264,9 +264,12 @@ fn own_pid_namespace() -> (u64, u64) {
     std::fs::metadata("/proc/self/ns/pid").map_or((0, 0), |m| (m.dev(), m.ino()))
 }
 
-/// Runs a short child to completion and returns its pid: this executable
-/// again with `--version` (the daemon's image has no other program, issue
-/// 25: no `/bin/true`, no shell), or `/bin/true`, or `/bin/sh -c :`.
+/// Runs a short child to completion and returns its pid: `/bin/true`, or
+/// `/bin/sh -c :`, or, where neither exists (the daemon's image has no
+/// other program, issue 25), this executable again with `--version`. That
+/// comes last: a program that does not answer `--version` and exit (a test
+/// program with its own `main`) would run whole again, probe again, and so
+/// on.
 fn run_short_child() -> Result<u32> {
     let spawn = |prog: &std::path::Path, args: &[&str]| {
         Command::new(prog)
@@ -276,14 +279,13 @@ fn run_short_child() -> Result<u32> {
             .stderr(Stdio::null())
             .spawn()
     };
-    let own = std::path::Path::new("/proc/self/exe");
-    let mut child = spawn(own, &["--version"])
-        .or_else(|_| spawn(std::path::Path::new("/bin/true"), &[]))
+    let mut child = spawn(std::path::Path::new("/bin/true"), &[])
         .or_else(|_| spawn(std::path::Path::new("/bin/sh"), &["-c", ":"]))
+        .or_else(|_| spawn(std::path::Path::new("/proc/self/exe"), &["--version"]))
         .map_err(|e| {
             ProbeError::io(
                 Stage::Run,
-                "cannot run this executable, /bin/true or /bin/sh",
+                "cannot run /bin/true, /bin/sh or this executable",
                 &e,
             )
         })?;
