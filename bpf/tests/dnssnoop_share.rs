@@ -16,6 +16,8 @@ mod cgroup;
 mod dnsmsg;
 #[path = "common/frames.rs"]
 mod frames;
+#[path = "common/snoop.rs"]
+mod snoop;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
@@ -23,37 +25,19 @@ use std::time::Duration;
 
 use cgroup::own_cgroup_id;
 use dnsmsg::{ptr, Response, QNAME_AT, TYPE_A};
-use frames::{ethernet, ipv4, udp, ETH_P_IP, UDP};
-use kyverno_runtime_bpf::egress::{
-    Domain, DomainVerdicts, EgressFilter, FilterFlags, LearnedUse, LEARNED_MAX,
-};
+use kyverno_runtime_bpf::egress::{EgressFilter, FilterFlags, LearnedUse, LEARNED_MAX};
+use snoop::{answer_from, d, question_to, ALLOW, DENY, RESOLVER};
 
 const PASS: u32 = 1;
 const DROP: u32 = 0;
 /// The flooding pod's set and its neighbour's.
 const FLOODER: u32 = 7;
 const NEIGHBOUR: u32 = 8;
-const RESOLVER: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 244, 1, 5);
 const PORT: u16 = 41000;
 
-const ALLOW: DomainVerdicts = DomainVerdicts {
-    allow: true,
-    deny: false,
-    observe: false,
-};
-const DENY: DomainVerdicts = DomainVerdicts {
-    allow: false,
-    deny: true,
-    observe: false,
-};
 /// Name ids: `wild.test` (allowed), `denied.test`.
 const WILD: u32 = 1;
 const DENIED: u32 = 2;
-
-fn d(name: &str) -> Domain {
-    Domain::new(name).unwrap()
-}
 
 /// A filter with both sets naming `wild.test` (allow) and `denied.test`
 /// (deny), the tests' resolver declared, every set's share capped at `cap`.
@@ -84,10 +68,10 @@ fn as_pod_of(f: &EgressFilter, set: u32) {
 /// The pod asks the resolver for `name` (transaction id `id`), and the
 /// resolver answers with `addrs`: the snooper's verdict on the answer.
 fn ask_and_answer(f: &EgressFilter, id: u16, name: &str, addrs: &[Ipv4Addr]) -> u32 {
-    let question = dnsmsg::query(id, name, TYPE_A);
-    f.test_run(&ethernet(
-        ETH_P_IP,
-        &ipv4(UDP, POD, RESOLVER, &udp(PORT, 53, &question)),
+    f.test_run(&question_to(
+        RESOLVER,
+        PORT,
+        &dnsmsg::query(id, name, TYPE_A),
     ))
     .unwrap();
     let mut r = Response::new(name, TYPE_A);
@@ -95,11 +79,8 @@ fn ask_and_answer(f: &EgressFilter, id: u16, name: &str, addrs: &[Ipv4Addr]) -> 
     for a in addrs {
         r.a(&ptr(QNAME_AT), 300, *a);
     }
-    f.test_run_snoop(&ethernet(
-        ETH_P_IP,
-        &ipv4(UDP, RESOLVER, POD, &udp(53, PORT, &r.bytes)),
-    ))
-    .unwrap()
+    f.test_run_snoop(&answer_from(RESOLVER, PORT, &r.bytes))
+        .unwrap()
 }
 
 /// `n` addresses 198.18.`block`.0, .1, ...

@@ -18,16 +18,19 @@ mod cgroup;
 mod dnsmsg;
 #[path = "common/frames.rs"]
 mod frames;
+#[path = "common/snoop.rs"]
+mod snoop;
 
 use cgroup::own_cgroup_id;
 use frames::{ethernet, ipv4, ipv6, udp, ETH_P_IP, ETH_P_IPV6, TCP, UDP};
+use snoop::{answer_from, d, question_to, ALLOW, DENY, POD, RESOLVER};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use dnsmsg::{labels_then, ptr, wire, Response, QNAME_AT, TYPE_A, TYPE_AAAA, TYPE_TXT};
 use kyverno_runtime_bpf::egress::{
-    Domain, DomainVerdicts, EgressFilter, FilterFlags, Learned, Prefix, SnoopStats, Verdict,
-    DNS_TTL_MAX, DNS_TTL_MIN,
+    DomainVerdicts, EgressFilter, FilterFlags, Learned, Prefix, SnoopStats, Verdict, DNS_TTL_MAX,
+    DNS_TTL_MIN,
 };
 
 const PASS: u32 = 1;
@@ -36,9 +39,7 @@ const SET: u32 = 7;
 
 // ---- frames ------------------------------------------------------------------
 
-const RESOLVER: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 const RESOLVER_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xa);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 244, 1, 5);
 
 /// A DNS message from the resolver's port 53 to the pod, over IPv4.
 fn from_53(msg: &[u8]) -> Vec<u8> {
@@ -73,21 +74,6 @@ fn syn_to(dst: IpAddr) -> Vec<u8> {
 }
 
 // ---- fixtures -------------------------------------------------------------------
-
-const ALLOW: DomainVerdicts = DomainVerdicts {
-    allow: true,
-    deny: false,
-    observe: false,
-};
-const DENY: DomainVerdicts = DomainVerdicts {
-    allow: false,
-    deny: true,
-    observe: false,
-};
-
-fn d(name: &str) -> Domain {
-    Domain::new(name).unwrap()
-}
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -727,16 +713,6 @@ fn a_name_removed_from_the_set_teaches_nothing_more() {
 }
 
 // ---- issue 37, finding 1: forged answers ----------------------------------------
-
-/// A datagram from `src`:53 to the pod's port `port`.
-fn answer_from(src: Ipv4Addr, port: u16, msg: &[u8]) -> Vec<u8> {
-    ethernet(ETH_P_IP, &ipv4(UDP, src, POD, &udp(53, port, msg)))
-}
-
-/// The pod's question from its port `port` to `dst`:53.
-fn question_to(dst: Ipv4Addr, port: u16, msg: &[u8]) -> Vec<u8> {
-    ethernet(ETH_P_IP, &ipv4(UDP, POD, dst, &udp(port, 53, msg)))
-}
 
 /// An answer to `name` (id `id`) giving `addr`.
 fn answer(id: u16, name: &str, addr: Ipv4Addr) -> Vec<u8> {

@@ -214,7 +214,7 @@ fn not_measured() -> Outcome {
 const OSRELEASE: &str = "/proc/sys/kernel/osrelease";
 const BTF_VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 const MOUNTINFO: &str = crate::view::SELF_MOUNTINFO;
-const SECURITYFS: &str = "/sys/kernel/security";
+pub(crate) const SECURITYFS: &str = "/sys/kernel/security";
 
 /// Measures the kernel through `host`. Never fails: whatever cannot be
 /// read or loaded is recorded as such, with the reason.
@@ -404,96 +404,7 @@ impl<H: Host> Prober<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kyverno_runtime_bpf::probe::ProgramProbe;
-    use std::cell::RefCell;
-    use std::collections::HashMap;
-    use std::io;
-    use std::path::PathBuf;
-
-    /// A host that answers from recorded text and records what was done to it.
-    #[derive(Default)]
-    struct FakeHost {
-        files: HashMap<PathBuf, String>,
-        securityfs_mountable: bool,
-        log: RefCell<Vec<String>>,
-        lsm_runs: bool,
-    }
-
-    impl FakeHost {
-        fn file(mut self, path: &str, text: &str) -> Self {
-            self.files.insert(PathBuf::from(path), text.to_string());
-            self
-        }
-    }
-
-    impl Host for FakeHost {
-        fn read_to_string(&self, path: &Path) -> io::Result<String> {
-            // securityfs files exist only once it is mounted.
-            let mounted = self
-                .files
-                .get(Path::new(MOUNTINFO))
-                .is_some_and(|t| t.contains("securityfs"))
-                || self.log.borrow().iter().any(|l| l == "mount securityfs");
-            if path.starts_with(SECURITYFS) && !mounted {
-                return Err(io::ErrorKind::NotFound.into());
-            }
-            self.files
-                .get(path)
-                .cloned()
-                .ok_or_else(|| io::ErrorKind::NotFound.into())
-        }
-        fn exists(&self, path: &Path) -> bool {
-            self.files.contains_key(path)
-        }
-        fn mount_securityfs(&self, _: &Path) -> io::Result<()> {
-            if self.securityfs_mountable {
-                self.log.borrow_mut().push("mount securityfs".into());
-                Ok(())
-            } else {
-                Err(io::Error::from_raw_os_error(libc::EPERM))
-            }
-        }
-        fn create_probe_cgroup(&self, v2: &Path) -> io::Result<PathBuf> {
-            self.log
-                .borrow_mut()
-                .push(format!("mkdir {}", v2.display()));
-            Ok(v2.join("probe"))
-        }
-        fn remove_probe_cgroup(&self, path: &Path) -> io::Result<()> {
-            self.log
-                .borrow_mut()
-                .push(format!("rmdir {}", path.display()));
-            Ok(())
-        }
-        fn probe_program(
-            &self,
-            p: ProbeProgram,
-            cgroup: Option<&Path>,
-        ) -> Result<ProgramProbe, ProbeError> {
-            self.log
-                .borrow_mut()
-                .push(format!("probe {p:?} {cgroup:?}"));
-            match p {
-                ProbeProgram::LsmFileOpen => Ok(ProgramProbe {
-                    ran: Some(self.lsm_runs),
-                }),
-                ProbeProgram::FmodRetFileOpen => Err(ProbeError {
-                    stage: Stage::Load,
-                    errno: Some(libc::EPERM),
-                    message: "load refused: EPERM (Operation not permitted)".into(),
-                    verifier_log: Some("libbpf: failed to load".into()),
-                }),
-                _ => Ok(ProgramProbe { ran: Some(true) }),
-            }
-        }
-        fn probe_map(&self, m: ProbeMap) -> Result<(), ProbeError> {
-            self.log.borrow_mut().push(format!("map {m:?}"));
-            Ok(())
-        }
-        fn shares_init_mount_namespace(&self) -> bool {
-            true
-        }
-    }
+    use crate::test_host::FakeHost;
 
     const UNIFIED: &str = "25 1 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
 
@@ -599,7 +510,7 @@ mod tests {
             "{}99 23 0:40 / /sys/fs/bpf rw,relatime - bpf bpf rw\n",
             include_str!("../tests/fixtures/mountinfo-hybrid-host.txt")
         );
-        let host = crate::test_host::FixtureHost::in_a_pod(
+        let host = FakeHost::in_a_pod(
             include_str!("../tests/fixtures/mountinfo-hybrid-pod.txt"),
             &host_table,
         );

@@ -1,6 +1,7 @@
-//! A [`Host`] that answers from recorded files, for the tests of what is
-//! read (not what is loaded: it refuses every program and map).
+//! A [`Host`] that answers from recorded files and records what was done
+//! to it: the probe's tests and the host view's.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -8,46 +9,55 @@ use std::path::{Path, PathBuf};
 use kyverno_runtime_bpf::probe::{ProbeError, ProbeMap, ProbeProgram, ProgramProbe, Stage};
 
 use crate::host::Host;
+use crate::measure::SECURITYFS;
 use crate::view::{INIT_MOUNTINFO, SELF_MOUNTINFO};
 
-/// Recorded files, and whether the process shares PID 1's mount namespace.
-pub(crate) struct FixtureHost {
+/// Recorded files, what the fake kernel does, and the log of what was
+/// asked of it.
+#[derive(Default)]
+pub(crate) struct FakeHost {
     pub(crate) files: HashMap<PathBuf, String>,
-    pub(crate) beside_init: bool,
+    pub(crate) securityfs_mountable: bool,
+    pub(crate) log: RefCell<Vec<String>>,
+    pub(crate) lsm_runs: bool,
+    /// In a pod: its own mount namespace, not PID 1's.
+    pub(crate) in_a_pod: bool,
 }
 
-impl FixtureHost {
+impl FakeHost {
+    /// With `text` at `path`.
+    pub(crate) fn file(mut self, path: &str, text: &str) -> Self {
+        self.files.insert(PathBuf::from(path), text.to_string());
+        self
+    }
+
     /// A host process (or one in a VM): its table is the host's.
     pub(crate) fn beside_init(mountinfo: &str) -> Self {
-        Self {
-            files: HashMap::from([(PathBuf::from(SELF_MOUNTINFO), mountinfo.to_owned())]),
-            beside_init: true,
-        }
+        FakeHost::default().file(SELF_MOUNTINFO, mountinfo)
     }
 
     /// A hostPID pod: its own table, and PID 1's.
     pub(crate) fn in_a_pod(own: &str, init: &str) -> Self {
-        Self {
-            files: HashMap::from([
-                (PathBuf::from(SELF_MOUNTINFO), own.to_owned()),
-                (PathBuf::from(INIT_MOUNTINFO), init.to_owned()),
-            ]),
-            beside_init: false,
+        FakeHost {
+            in_a_pod: true,
+            ..FakeHost::default()
         }
+        .file(SELF_MOUNTINFO, own)
+        .file(INIT_MOUNTINFO, init)
     }
 }
 
-fn refused() -> ProbeError {
-    ProbeError {
-        stage: Stage::Load,
-        errno: Some(libc::EPERM),
-        message: "a fixture loads nothing".into(),
-        verifier_log: None,
-    }
-}
-
-impl Host for FixtureHost {
+impl Host for FakeHost {
     fn read_to_string(&self, path: &Path) -> io::Result<String> {
+        // securityfs files exist only once it is mounted.
+        let mounted = self
+            .files
+            .get(Path::new(SELF_MOUNTINFO))
+            .is_some_and(|t| t.contains("securityfs"))
+            || self.log.borrow().iter().any(|l| l == "mount securityfs");
+        if path.starts_with(SECURITYFS) && !mounted {
+            return Err(io::ErrorKind::NotFound.into());
+        }
         self.files
             .get(path)
             .cloned()
@@ -57,21 +67,51 @@ impl Host for FixtureHost {
         self.files.contains_key(path)
     }
     fn mount_securityfs(&self, _: &Path) -> io::Result<()> {
-        Err(io::Error::from_raw_os_error(libc::EPERM))
+        if self.securityfs_mountable {
+            self.log.borrow_mut().push("mount securityfs".into());
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(libc::EPERM))
+        }
     }
-    fn create_probe_cgroup(&self, _: &Path) -> io::Result<PathBuf> {
-        Err(io::Error::from_raw_os_error(libc::EPERM))
+    fn create_probe_cgroup(&self, v2: &Path) -> io::Result<PathBuf> {
+        self.log
+            .borrow_mut()
+            .push(format!("mkdir {}", v2.display()));
+        Ok(v2.join("probe"))
     }
-    fn remove_probe_cgroup(&self, _: &Path) -> io::Result<()> {
+    fn remove_probe_cgroup(&self, path: &Path) -> io::Result<()> {
+        self.log
+            .borrow_mut()
+            .push(format!("rmdir {}", path.display()));
         Ok(())
     }
-    fn probe_program(&self, _: ProbeProgram, _: Option<&Path>) -> Result<ProgramProbe, ProbeError> {
-        Err(refused())
+    fn probe_program(
+        &self,
+        p: ProbeProgram,
+        cgroup: Option<&Path>,
+    ) -> Result<ProgramProbe, ProbeError> {
+        self.log
+            .borrow_mut()
+            .push(format!("probe {p:?} {cgroup:?}"));
+        match p {
+            ProbeProgram::LsmFileOpen => Ok(ProgramProbe {
+                ran: Some(self.lsm_runs),
+            }),
+            ProbeProgram::FmodRetFileOpen => Err(ProbeError {
+                stage: Stage::Load,
+                errno: Some(libc::EPERM),
+                message: "load refused: EPERM (Operation not permitted)".into(),
+                verifier_log: Some("libbpf: failed to load".into()),
+            }),
+            _ => Ok(ProgramProbe { ran: Some(true) }),
+        }
     }
-    fn probe_map(&self, _: ProbeMap) -> Result<(), ProbeError> {
-        Err(refused())
+    fn probe_map(&self, m: ProbeMap) -> Result<(), ProbeError> {
+        self.log.borrow_mut().push(format!("map {m:?}"));
+        Ok(())
     }
     fn shares_init_mount_namespace(&self) -> bool {
-        self.beside_init
+        !self.in_a_pod
     }
 }

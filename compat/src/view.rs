@@ -85,14 +85,14 @@ pub fn reach(root: &Path, path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_host::FixtureHost;
+    use crate::test_host::FakeHost;
 
     const HYBRID_HOST: &str = include_str!("../tests/fixtures/mountinfo-hybrid-host.txt");
     const HYBRID_POD: &str = include_str!("../tests/fixtures/mountinfo-hybrid-pod.txt");
 
     #[test]
     fn a_process_beside_init_reads_its_own_table_as_the_host() {
-        let host = FixtureHost::beside_init(HYBRID_HOST);
+        let host = FakeHost::beside_init(HYBRID_HOST);
         let view = HostMounts::read(&host).unwrap();
         assert_eq!(view.source, SELF_MOUNTINFO);
         assert_eq!(view.root, Path::new("/"));
@@ -106,7 +106,7 @@ mod tests {
 
     #[test]
     fn a_pod_reads_init_s_table_and_reaches_it_through_proc_1_root() {
-        let host = FixtureHost::in_a_pod(HYBRID_POD, HYBRID_HOST);
+        let host = FakeHost::in_a_pod(HYBRID_POD, HYBRID_HOST);
         // Its own table has no cgroup v2: what the probe used to read.
         let own = facts::cgroup_facts(&facts::parse_mountinfo(HYBRID_POD));
         assert_eq!(own.layout, crate::CgroupLayout::Legacy);
@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_table_says_which() {
-        let host = FixtureHost::in_a_pod(HYBRID_POD, "");
+        let host = FakeHost::in_a_pod(HYBRID_POD, "");
         let mut host = host;
         host.files.remove(Path::new(INIT_MOUNTINFO));
         let err = HostMounts::read(&host).unwrap_err();

@@ -333,6 +333,17 @@ impl Map {
             .map_err(|e| self.err("lookup", &e))
     }
 
+    /// The `u64` count under `key` (a value of another size is a layout
+    /// error).
+    fn lookup_count(&self, key: &[u8]) -> Result<Option<u64>> {
+        self.lookup(key)?
+            .map(|v| {
+                key::decode_count(&v)
+                    .ok_or_else(|| self.layout(format!("a value of {} bytes", v.len())))
+            })
+            .transpose()
+    }
+
     /// Deletes `key`; whether it was there.
     fn delete(&self, key: &[u8]) -> Result<bool> {
         match self.handle.delete(key) {
@@ -1243,11 +1254,7 @@ impl Filter {
         }
         let map = &self.learned_released;
         let k = key::set_key(set_id);
-        let was = match map.lookup(&k)? {
-            Some(v) => key::decode_count(&v)
-                .ok_or_else(|| map.layout(format!("a value of {} bytes", v.len())))?,
-            None => 0,
-        };
+        let was = map.lookup_count(&k)?.unwrap_or(0);
         map.update(&k, &was.wrapping_add_signed(by).to_ne_bytes())
     }
 
@@ -1291,13 +1298,7 @@ impl Filter {
             let (set_id, [inserted, over_share, answers_refused]) =
                 key::decode_learned_budget(&k, &v)
                     .ok_or_else(|| map.layout(format!("an entry {k:02x?} => {v:02x?}")))?;
-            let released = match self.learned_released.lookup(&k)? {
-                Some(v) => key::decode_count(&v).ok_or_else(|| {
-                    self.learned_released
-                        .layout(format!("a value of {} bytes", v.len()))
-                })?,
-                None => 0,
-            };
+            let released = self.learned_released.lookup_count(&k)?.unwrap_or(0);
             // Negative (the top bit) only for a moment of a race: none.
             let held = inserted.wrapping_sub(released);
             out.push(super::LearnedUse {
@@ -1315,11 +1316,9 @@ impl Filter {
     /// limit is written).
     pub(super) fn learned_share(&self) -> Result<Option<u64>> {
         let map = &self.learned_share;
-        let value = map
-            .lookup(&key::set_key(0))?
+        let share = map
+            .lookup_count(&key::set_key(0))?
             .ok_or_else(|| map.layout("no share slot".to_owned()))?;
-        let share = key::decode_count(&value)
-            .ok_or_else(|| map.layout(format!("a value of {} bytes", value.len())))?;
         Ok((share > 0).then_some(share))
     }
 
@@ -1572,7 +1571,7 @@ impl Filter {
         }
         // The shares are not pinned: the adopted sets' share is written
         // afresh.
-        self.write_observation_share(&occupancy)?;
+        self.write_set_shares(&occupancy)?;
         *self.occupancy() = occupancy;
         Ok(())
     }
@@ -1592,15 +1591,16 @@ impl Filter {
         }
         *occupancy.set_users.entry(set_id).or_default() += 1;
         if occupancy.set_users.len() != sets_before {
-            self.write_observation_share(&occupancy)?;
+            self.write_set_shares(&occupancy)?;
         }
         Ok(())
     }
 
-    /// Gives each set in use an equal share of `observations` per drain
-    /// (see `observe_share` in the program): the shares sum to at most
-    /// the map, so its LRU never evicts one set's counts for another's.
-    fn write_observation_share(&self, occupancy: &Occupancy) -> Result<()> {
+    /// Writes both per-set shares for the sets in use: of `observations`
+    /// per drain (see `observe_share` in the program: the shares sum to at
+    /// most the map, so its LRU never evicts one set's counts for
+    /// another's) and of `egress_learned` ([`Self::write_learned_share`]).
+    fn write_set_shares(&self, occupancy: &Occupancy) -> Result<()> {
         let sets = occupancy.set_users.len().max(1);
         let share = super::OBSERVATIONS_MAX / u64::try_from(sets).unwrap_or(u64::MAX);
         self.observe_share.update(
@@ -1618,7 +1618,7 @@ impl Filter {
             // budget goes with it, and the others' shares grow.
             if occupancy.set_unused(set_id) {
                 self.observe_budget.delete(&set_id.to_ne_bytes())?;
-                self.write_observation_share(&occupancy)?;
+                self.write_set_shares(&occupancy)?;
             }
         }
         // A cgroup filtered again starts a new budget of DNS questions (an
@@ -1815,16 +1815,9 @@ impl Filter {
 
     pub(super) fn observation_share(&self) -> Result<Option<u64>> {
         let map = &self.observe_share;
-        let value = map
-            .handle
-            .lookup(
-                &key::obs_share_slot(key::ObsShareSlot::Share),
-                MapFlags::ANY,
-            )
-            .map_err(|e| map.err("lookup", &e))?
+        let share = map
+            .lookup_count(&key::obs_share_slot(key::ObsShareSlot::Share))?
             .ok_or_else(|| map.layout("no share slot".to_owned()))?;
-        let share = key::decode_count(&value)
-            .ok_or_else(|| map.layout(format!("a value of {} bytes", value.len())))?;
         Ok((share > 0).then_some(share))
     }
 
