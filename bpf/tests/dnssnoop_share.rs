@@ -25,7 +25,9 @@ use std::time::Duration;
 
 use cgroup::own_cgroup_id;
 use dnsmsg::{ptr, Response, QNAME_AT, TYPE_A};
-use kyverno_runtime_bpf::egress::{EgressFilter, FilterFlags, LearnedUse, LEARNED_MAX};
+use kyverno_runtime_bpf::egress::{
+    DomainVerdicts, EgressFilter, FilterFlags, LearnedUse, LEARNED_MAX,
+};
 use snoop::{answer_from, d, question_to, ALLOW, DENY, RESOLVER};
 
 const PASS: u32 = 1;
@@ -38,6 +40,13 @@ const PORT: u16 = 41000;
 /// Name ids: `wild.test` (allowed), `denied.test`.
 const WILD: u32 = 1;
 const DENIED: u32 = 2;
+/// `watched.test`, named by a monitor policy only.
+const WATCHED: u32 = 3;
+const OBSERVE: DomainVerdicts = DomainVerdicts {
+    allow: false,
+    deny: false,
+    observe: true,
+};
 
 /// A filter with both sets naming `wild.test` (allow) and `denied.test`
 /// (deny), the tests' resolver declared, every set's share capped at `cap`.
@@ -49,6 +58,8 @@ fn filter(cap: u64) -> EgressFilter {
     for set in [FLOODER, NEIGHBOUR] {
         f.set_domain(set, &d("wild.test"), ALLOW, WILD).unwrap();
         f.set_domain(set, &d("denied.test"), DENY, DENIED).unwrap();
+        f.set_domain(set, &d("watched.test"), OBSERVE, WATCHED)
+            .unwrap();
     }
     f.set_dns_resolvers(&[IpAddr::V4(RESOLVER)]).unwrap();
     f.cap_learned_share(cap).unwrap();
@@ -151,6 +162,21 @@ fn a_set_at_its_share_learns_nothing_more_and_displaces_no_neighbour() {
     );
     assert_eq!(use_of(&f, FLOODER).answers_refused, 1);
     assert!(!learned_by(&f, FLOODER).contains(&(IpAddr::V4(new), DENIED, true)));
+
+    // A name only a monitor policy names (beside the enforce ones): its
+    // new address without room is not learned, and the answer passes
+    // (monitor never refuses).
+    let watched = Ipv4Addr::new(203, 0, 113, 10);
+    assert_eq!(ask_and_answer(&f, 22, "watched.test", &[watched]), PASS);
+    let stats = f.read_snoop_stats().unwrap();
+    assert_eq!(
+        (stats.answers_refused, stats.over_share),
+        (1, 10),
+        "{stats:?}"
+    );
+    assert!(!learned_by(&f, FLOODER)
+        .iter()
+        .any(|(a, _, _)| *a == IpAddr::V4(watched)));
 
     // An address the set holds needs no room: a denied name giving it
     // passes and marks it denied.
