@@ -15,7 +15,7 @@ use std::time::SystemTime;
 /// The behavior a policy governs, and so the kind of thing a finding saw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Behavior {
-    /// An outgoing connection; the target is the destination address.
+    /// Outgoing packets; the target is their destination address.
     Network,
     /// An exec; the target is the executed file's path.
     Exec,
@@ -46,6 +46,22 @@ impl Behavior {
             Behavior::Open => "open",
             Behavior::Protocol => "protocol",
             Behavior::Dns => "dns",
+        }
+    }
+}
+
+impl Behavior {
+    /// What a finding's `count` counts for this behavior (the result's
+    /// `countUnit`): the egress counters count packets to a destination,
+    /// the protocol classifier one decision per flow, the DNS observer one
+    /// question per query, and the open/exec programs one call each.
+    pub fn count_unit(self) -> &'static str {
+        match self {
+            Behavior::Network => "packets",
+            Behavior::Exec => "execs",
+            Behavior::Open => "opens",
+            Behavior::Protocol => "flows",
+            Behavior::Dns => "queries",
         }
     }
 }
@@ -259,8 +275,17 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// The finding's identity: SHA-256 over the policy name, the behavior,
+    /// The finding's identity: SHA-256 over the policy's name and uid, the
+    /// behavior, whether the kernel refused it or monitor mode would have,
     /// the pod's namespace, name and uid, and the target.
+    ///
+    /// The policy uid and the enforcement are part of it (issue 38, point
+    /// 9), unlike the specification's fingerprint (policy, behavior, pod,
+    /// target): a policy switched from monitor to enforce, or deleted and
+    /// recreated under its name, starts results of its own, so a result
+    /// that says "denied by the kernel" counts refusals only, from the
+    /// first refusal, and a recreated policy inherits no counts
+    /// (`docs/reports.md`).
     ///
     /// The strings are hashed as [`sanitize`] leaves them, so the
     /// fingerprint of a finding and of its redaction are the same (whoever
@@ -274,7 +299,9 @@ impl Finding {
         let pod = &self.pod;
         Fingerprint::over([
             &sanitize(&self.policy),
+            &sanitize(&self.policy_uid),
             self.behavior.as_str(),
+            enforcement(self.enforced),
             &sanitize(&pod.namespace),
             &sanitize(&pod.name),
             &sanitize(&pod.uid),
@@ -289,7 +316,9 @@ impl Finding {
         let pod = &self.pod;
         Fingerprint::over([
             &self.policy,
+            &self.policy_uid,
             self.behavior.as_str(),
+            enforcement(self.enforced),
             &pod.namespace,
             &pod.name,
             &pod.uid,
@@ -298,16 +327,19 @@ impl Finding {
     }
 
     /// The identity of this finding's result on a controller's Report: the
-    /// policy name, the behavior, the controller (namespace, kind, name,
-    /// uid) and the target, so the findings of every pod of the controller
-    /// meet in one result. For a finding known to be redacted, as
+    /// policy's name and uid, the behavior, the enforcement, the
+    /// controller (namespace, kind, name, uid) and the target, so the
+    /// findings of every pod of the controller meet in one result. For a
+    /// finding known to be redacted, as
     /// [`fingerprint_of_redacted`](Self::fingerprint_of_redacted).
     pub(crate) fn rollup_fingerprint(&self, controller: &Controller) -> Fingerprint {
         Fingerprint::tagged(
-            b"kyverno-runtime controller result v1\0",
+            b"kyverno-runtime controller result v2\0",
             [
                 self.policy.as_str(),
+                &self.policy_uid,
                 self.behavior.as_str(),
+                enforcement(self.enforced),
                 &controller.namespace,
                 controller.kind.as_str(),
                 &controller.name,
@@ -358,8 +390,9 @@ impl Finding {
 
     /// Folds another observation of the same fingerprint into this one:
     /// counts add, the window widens, and the newer observation's details
-    /// (enforced, decision, container: a policy may have changed mode; the
-    /// process, when it names one) win.
+    /// (decision, container; the process, when it names one) win. The
+    /// enforcement is part of the fingerprint, so both are refusals or
+    /// both would-denies.
     pub(crate) fn absorb(&mut self, other: Finding) {
         let count = self.count.saturating_add(other.count);
         let first = self.first_observed.min(other.first_observed);
@@ -415,6 +448,15 @@ impl fmt::Debug for Finding {
     }
 }
 
+/// How the fingerprints spell a finding's enforcement.
+fn enforcement(enforced: bool) -> &'static str {
+    if enforced {
+        "enforced"
+    } else {
+        "would-deny"
+    }
+}
+
 /// A finding's identity: a SHA-256 digest, shown as 64 lowercase hex
 /// digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -426,7 +468,7 @@ impl Fingerprint {
     /// behind a version tag so a future change of parts cannot collide
     /// with today's digests.
     fn over<'a>(parts: impl IntoIterator<Item = &'a str>) -> Fingerprint {
-        Fingerprint::tagged(b"kyverno-runtime finding v1\0", parts)
+        Fingerprint::tagged(b"kyverno-runtime finding v2\0", parts)
     }
 
     /// [`over`](Self::over) behind another tag, for another kind of
@@ -522,21 +564,22 @@ mod tests {
         let f = finding();
         // A fixed value (computed independently with Python's hashlib): a
         // change here changes every stored Report's identities, so it must
-        // be deliberate.
+        // be deliberate. (v2, issue 38: the policy uid and the enforcement
+        // joined the identity.)
         assert_eq!(
             f.fingerprint().to_string(),
-            "48844a315acf1e34e222c2eadc8f6434075f440bf6820d1d4cade07cb76f0159"
+            "07a5d280ae74e03088092b6d51d907dd9078e88a47dd6ddf8e26633ae216a01e"
         );
         let mut g = f.clone();
         g.count = 7;
-        g.enforced = false;
         g.decision = None;
         g.last_observed = at(200);
         g.pod.container = None;
-        g.policy_uid = "other".into();
         assert_eq!(f.fingerprint(), g.fingerprint(), "not part of identity");
         for change in [
             |f: &mut Finding| f.policy = "other".into(),
+            |f: &mut Finding| f.policy_uid = "other".into(),
+            |f: &mut Finding| f.enforced = false,
             |f: &mut Finding| f.behavior = Behavior::Open,
             |f: &mut Finding| f.pod.namespace = "other".into(),
             |f: &mut Finding| f.pod.name = "web-1".into(),
@@ -547,6 +590,20 @@ mod tests {
             change(&mut g);
             assert_ne!(f.fingerprint(), g.fingerprint());
         }
+    }
+
+    /// Issue 38, point 9: a refusal and a would-deny are different
+    /// results, and so are two policies of one name (deleted and
+    /// recreated: another uid).
+    #[test]
+    fn fingerprint_separates_enforced_and_policy_uid() {
+        let f = finding();
+        let mut monitor = f.clone();
+        monitor.enforced = false;
+        assert_ne!(f.fingerprint(), monitor.fingerprint(), "enforced");
+        let mut recreated = f.clone();
+        recreated.policy_uid = "99999999-8888-7777-6666-555555555555".into();
+        assert_ne!(f.fingerprint(), recreated.fingerprint(), "policy uid");
     }
 
     #[test]
@@ -590,21 +647,25 @@ mod tests {
         a.last_observed = at(150);
         let mut b = finding();
         b.count = 3;
-        b.enforced = false;
+        b.decision = Some(Decision::DefaultDenied);
         b.first_observed = at(90);
         b.last_observed = at(200);
         a.absorb(b);
         assert_eq!(a.count, 5);
         assert_eq!(a.first_observed, at(90));
         assert_eq!(a.last_observed, at(200));
-        assert!(!a.enforced, "the newer observation's details win");
+        assert_eq!(
+            a.decision,
+            Some(Decision::DefaultDenied),
+            "the newer observation's details win"
+        );
 
         let mut old = finding();
-        old.enforced = false;
+        old.decision = Some(Decision::Denied);
         old.last_observed = at(10);
         old.first_observed = at(10);
         a.absorb(old);
-        assert!(!a.enforced);
+        assert_eq!(a.decision, Some(Decision::DefaultDenied));
         assert_eq!(a.count, 6);
         assert_eq!(a.first_observed, at(10));
         assert_eq!(a.last_observed, at(200));

@@ -657,16 +657,64 @@ mod tests {
     #[test]
     fn new_details_replace_old_ones() {
         let first = desired_report(None, &pod(), &batch(&[finding("/bin/sh", 1, 10, 10)]), 500);
-        let mut monitor = finding("/bin/sh", 1, 20, 20);
+        let mut newer = finding("/bin/sh", 1, 20, 20);
+        newer.decision = Some(crate::finding::Decision::DefaultDenied);
+        newer.pod.container = Some("sidecar".into());
+        let m = desired_report(Some(&first.report), &pod(), &batch(&[newer]), 500);
+        let rs = results(&m.report);
+        assert_eq!(rs.len(), 1);
+        assert_eq!(prop(&rs[0], property::COUNT), "2");
+        assert_eq!(prop(&rs[0], property::DECISION), "default-denied");
+        assert_eq!(prop(&rs[0], property::CONTAINER), "sidecar");
+    }
+
+    /// Issue 38, point 9: after a monitor -> enforce switch the refusals
+    /// start a result of their own (their count, their first timestamp),
+    /// and so does a policy recreated under the same name.
+    #[test]
+    fn a_mode_switch_and_a_recreated_policy_start_results_of_their_own() {
+        let mut monitor = finding("/bin/sh", 3, 10, 20);
         monitor.enforced = false;
-        let m = desired_report(Some(&first.report), &pod(), &batch(&[monitor]), 500);
-        let r = &results(&m.report)[0];
-        assert_eq!(prop(r, property::ENFORCED), "false");
-        assert!(r
-            .message
-            .as_deref()
-            .unwrap()
-            .contains("would have been denied"));
+        let first = desired_report(None, &pod(), &batch(&[monitor]), 500);
+        let enforced = finding("/bin/sh", 2, 30, 40);
+        let m = desired_report(Some(&first.report), &pod(), &batch(&[enforced]), 500);
+        let mut recreated = finding("/bin/sh", 1, 50, 50);
+        recreated.policy_uid = "99999999-8888-7777-6666-555555555555".into();
+        let m = desired_report(Some(&m.report), &pod(), &batch(&[recreated]), 500);
+        let rs: Vec<(&str, &str, &str, &str)> = results(&m.report)
+            .iter()
+            .map(|r| {
+                (
+                    prop(r, property::POLICY_UID),
+                    prop(r, property::ENFORCED),
+                    prop(r, property::COUNT),
+                    prop(r, property::FIRST_TIMESTAMP),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rs,
+            [
+                (
+                    "99999999-8888-7777-6666-555555555555",
+                    "true",
+                    "1",
+                    "1970-01-01T00:00:50Z"
+                ),
+                (
+                    "11111111-2222-3333-4444-555555555555",
+                    "true",
+                    "2",
+                    "1970-01-01T00:00:30Z"
+                ),
+                (
+                    "11111111-2222-3333-4444-555555555555",
+                    "false",
+                    "3",
+                    "1970-01-01T00:00:10Z"
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -32,8 +32,12 @@ pub mod property {
     pub const TARGET: &str = "target";
     /// `"true"`: the kernel refused; `"false"`: monitor mode would deny.
     pub const ENFORCED: &str = "enforced";
-    /// Occurrences, summed over every flush.
+    /// Occurrences, summed over every flush; [`COUNT_UNIT`] says what one
+    /// occurrence is.
     pub const COUNT: &str = "count";
+    /// What `count` counts: `packets` (network), `flows` (protocol),
+    /// `queries` (dns), `execs`, `opens`.
+    pub const COUNT_UNIT: &str = "countUnit";
     /// The earliest occurrence, RFC 3339 in whole seconds (UTC).
     pub const FIRST_TIMESTAMP: &str = "firstTimestamp";
     /// The latest occurrence, RFC 3339 in whole seconds (UTC).
@@ -82,11 +86,12 @@ pub mod property {
     pub const POD_COUNT: &str = "podCount";
 
     /// Every key a result may carry.
-    pub const ALL: [&str; 19] = [
+    pub const ALL: [&str; 20] = [
         BEHAVIOR,
         TARGET,
         ENFORCED,
         COUNT,
+        COUNT_UNIT,
         FIRST_TIMESTAMP,
         LAST_TIMESTAMP,
         CONTAINER,
@@ -182,6 +187,7 @@ pub(crate) fn pod_result(finding: &Finding, mark: Option<&OwnerMark>) -> ReportR
     text(property::TARGET, &target);
     text(property::ENFORCED, if enforced { "true" } else { "false" });
     text(property::COUNT, &count.to_string());
+    text(property::COUNT_UNIT, behavior.count_unit());
     text(property::FIRST_TIMESTAMP, &rfc3339(first_observed));
     text(property::LAST_TIMESTAMP, &rfc3339(last_observed));
     text(property::POLICY_UID, &policy_uid);
@@ -299,13 +305,15 @@ pub(crate) fn stored_pods(result: &ReportResult) -> (Vec<ObjectReference>, u64) 
     (pods, count.max(listed))
 }
 
-/// The human-readable line of a result.
+/// The human-readable line of a result. A network count is of packets
+/// (the egress counters count packets, not connections), so the line
+/// speaks of packets.
 fn message(behavior: Behavior, enforced: bool, target: &str, policy: &str) -> String {
-    let what = match behavior {
-        Behavior::Network => format!("connection to {target}"),
-        Behavior::Exec => format!("exec of {target}"),
-        Behavior::Open => format!("open of {target}"),
-        Behavior::Protocol => format!("use of protocol {target}"),
+    let (what, were) = match behavior {
+        Behavior::Network => (format!("packets to {target}"), "were"),
+        Behavior::Exec => (format!("exec of {target}"), "was"),
+        Behavior::Open => (format!("open of {target}"), "was"),
+        Behavior::Protocol => (format!("use of protocol {target}"), "was"),
         Behavior::Dns => {
             return format!(
                 "resolved unexpected DNS name {target}, not expected by policy {policy}"
@@ -313,7 +321,7 @@ fn message(behavior: Behavior, enforced: bool, target: &str, policy: &str) -> St
         }
     };
     if enforced {
-        format!("{what} was denied by the kernel (policy {policy})")
+        format!("{what} {were} denied by the kernel (policy {policy})")
     } else {
         format!("{what} would have been denied by policy {policy} (monitor mode)")
     }
@@ -566,6 +574,26 @@ mod tests {
         f.matched = vec!["db.prod.svc".into(), "db.example".into()];
         let props = report_result(&f).properties.unwrap_or_default();
         assert_eq!(props[property::MATCHED], "db.prod.svc,db.example");
+    }
+
+    /// Issue 38, point 9: a result says what its count counts, and a
+    /// network result (a count of packets) does not call them connections.
+    #[test]
+    fn a_result_says_what_its_count_counts() {
+        let unit = |b: Behavior| {
+            let r = report_result(&finding(b, true));
+            (
+                r.properties.unwrap().get(property::COUNT_UNIT).cloned(),
+                r.message.unwrap(),
+            )
+        };
+        let (net_unit, net_message) = unit(Behavior::Network);
+        assert_eq!(net_unit.as_deref(), Some("packets"));
+        assert!(!net_message.contains("connection"), "{net_message}");
+        assert_eq!(unit(Behavior::Exec).0.as_deref(), Some("execs"));
+        assert_eq!(unit(Behavior::Open).0.as_deref(), Some("opens"));
+        assert_eq!(unit(Behavior::Protocol).0.as_deref(), Some("flows"));
+        assert_eq!(unit(Behavior::Dns).0.as_deref(), Some("queries"));
     }
 
     #[test]

@@ -543,3 +543,115 @@ async fn no_secret_of_the_redaction_table_reaches_a_stored_report() {
         text.len()
     );
 }
+
+/// Every result of the pod's Report for `target`.
+fn all_by_target<'a>(report: &'a Report, target: &str) -> Vec<&'a ReportResult> {
+    report
+        .spec
+        .results
+        .iter()
+        .flatten()
+        .filter(|r| r.properties.as_ref().unwrap()[property::TARGET] == target)
+        .collect()
+}
+
+/// Issue 38, point 9: a policy switched from monitor to enforce, and a
+/// policy deleted and recreated under the same name, start results of
+/// their own; a result says what its count counts.
+#[tokio::test(flavor = "multi_thread")]
+async fn enforced_would_deny_and_a_recreated_policy_are_counted_apart() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "modes-web").await;
+    let reporter = Reporter::new(client.clone(), ReporterOptions::default());
+    let handle = reporter.handle();
+
+    // Monitor days: 3 would-deny execs between 10 and 20.
+    let mut monitor = finding(&pod, "/bin/sh", 3, 10, 20);
+    monitor.enforced = false;
+    handle.submit(monitor);
+    reporter.flush().await;
+    // The policy switched to enforce: 2 refusals between 30 and 40.
+    handle.submit(finding(&pod, "/bin/sh", 2, 30, 40));
+    reporter.flush().await;
+    // The policy deleted and recreated under its name (a new uid).
+    let mut recreated = finding(&pod, "/bin/sh", 1, 50, 50);
+    recreated.policy_uid = "99999999-8888-7777-6666-555555555555".into();
+    handle.submit(recreated);
+    // Packets to an address.
+    let mut net = finding(&pod, "10.0.0.1", 7, 60, 60);
+    net.behavior = Behavior::Network;
+    handle.submit(net);
+    reporter.flush().await;
+
+    let report = stored(&client, &pod).await;
+    let sh = all_by_target(&report, "/bin/sh");
+    let summary: Vec<(&str, &str, &str, &str)> = sh
+        .iter()
+        .map(|r| {
+            (
+                prop(r, property::POLICY_UID),
+                prop(r, property::ENFORCED),
+                prop(r, property::COUNT),
+                prop(r, property::FIRST_TIMESTAMP),
+            )
+        })
+        .collect();
+    let (r10, r30, r50) = (rfc3339(10), rfc3339(30), rfc3339(50));
+    assert_eq!(
+        summary,
+        [
+            (
+                "99999999-8888-7777-6666-555555555555",
+                "true",
+                "1",
+                r50.as_str()
+            ),
+            (
+                "11111111-2222-3333-4444-555555555555",
+                "true",
+                "2",
+                r30.as_str()
+            ),
+            (
+                "11111111-2222-3333-4444-555555555555",
+                "false",
+                "3",
+                r10.as_str()
+            ),
+        ],
+        "one result per (policy uid, enforced), most recent first"
+    );
+    assert!(sh[1]
+        .message
+        .as_deref()
+        .unwrap()
+        .contains("denied by the kernel"));
+    assert!(sh[2]
+        .message
+        .as_deref()
+        .unwrap()
+        .contains("would have been denied"));
+
+    let net = by_target(&report, "10.0.0.1");
+    let props = net.properties.as_ref().unwrap();
+    assert_eq!(
+        props.get(property::COUNT_UNIT).map(String::as_str),
+        Some("packets"),
+        "what a network count counts: {props:?}"
+    );
+    let message = net.message.as_deref().unwrap();
+    assert!(
+        !message.contains("connection"),
+        "a count of packets is not a connection: {message}"
+    );
+    assert_eq!(
+        sh[0]
+            .properties
+            .as_ref()
+            .unwrap()
+            .get(property::COUNT_UNIT)
+            .map(String::as_str),
+        Some("execs")
+    );
+    assert_eq!(handle.dropped(), 0);
+}
