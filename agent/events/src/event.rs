@@ -1,14 +1,14 @@
 //! What an Event says: built from a finding's redaction or from a
 //! sanitized condition, and nothing else.
 
-use crate::name::{self, Immutable};
+use crate::name::{self, Key};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kyverno_runtime_api::runtimepolicy::RuntimePolicy;
-use kyverno_runtime_report::{sanitize, Behavior, Decision, Finding, Fingerprint};
+use kyverno_runtime_report::{sanitize, Behavior, Decision, Finding};
 use kyverno_runtime_status::types as condition;
 use kyverno_runtime_status::PolicyRef;
 use std::time::SystemTime;
@@ -130,14 +130,11 @@ fn finding_note(r: &Finding) -> String {
 }
 
 /// The Event for a flushed finding: `redacted` is the finding's
-/// [redaction](Finding::redact), `fingerprint` the raw finding's
-/// (the same), `count` its merged occurrences (at least 1).
-pub(crate) fn for_finding(
-    redacted: &Finding,
-    fingerprint: &Fingerprint,
-    count: u64,
-    reporting: &Reporting,
-) -> Emission {
+/// [redaction](Finding::redact), `count` its merged occurrences (at
+/// least 1). Its name is its pod's (and container's), its policy's and its
+/// reason's: every finding of one policy on one container of one pod,
+/// whatever its target, adds to one Event.
+pub(crate) fn for_finding(redacted: &Finding, count: u64, reporting: &Reporting) -> Emission {
     let (reason, action) = if redacted.enforced {
         (REASON_VIOLATION, ACTION_ENFORCE)
     } else {
@@ -164,15 +161,14 @@ pub(crate) fn for_finding(
         )
     });
     let note = bound_note(finding_note(redacted));
-    let variant = name::variant(&Immutable {
+    let identity = name::identity(&Key {
         reason,
         action,
         type_: TYPE_WARNING,
-        note: &note,
         regarding: &regarding,
         related: related.as_ref(),
     });
-    let name = name::join(&pod.name, &name::finding_identity(fingerprint), &variant);
+    let name = name::join(&pod.name, &identity, reason);
     let first = micro(redacted.first_observed);
     let last = micro(redacted.last_observed.max(redacted.first_observed));
     let occurrences = clamp(count.max(1));
@@ -189,6 +185,44 @@ pub(crate) fn for_finding(
         last,
         occurrences,
     )
+}
+
+/// The reason `Applied` carries when the policy has no mode (set by the
+/// status crate's derivation, which has no constant for it).
+const NO_MODE: &str = "NoMode";
+
+/// Whether a condition's message says what the policy's spec alone says:
+/// a compile error or a missing mode, known before any node looked at a
+/// pod, a Service or fetched data.
+fn message_is_spec_only(condition: &Condition) -> bool {
+    condition.type_ == condition::APPLIED
+        && [condition::COMPILE_FAILED, NO_MODE].contains(&condition.reason.as_str())
+}
+
+/// The note of a policy error. The Event lives in `default`, which people
+/// who may read no other namespace can read, while the condition's
+/// message can quote what nodes saw in every namespace (the gates'
+/// messages name unresolved and protected pods, Services, nodes, and with
+/// `--show-data-values` fetched data): only a spec-only message is quoted
+/// (an allowlist, so a new reason stays out until it is known safe), and
+/// otherwise the reader is pointed at the policy's status, which is where
+/// the detail is and which only readers of RuntimePolicies can read.
+fn condition_note(condition: &Condition) -> String {
+    let type_ = &condition.type_;
+    let reason = sanitize(&condition.reason);
+    let reason = if reason.is_empty() {
+        "no reason given".to_string()
+    } else {
+        reason
+    };
+    if message_is_spec_only(condition) && !condition.message.is_empty() {
+        format!(
+            "{type_} is False: {reason}: {}",
+            sanitize(&condition.message)
+        )
+    } else {
+        format!("{type_} is False: {reason} (the detail is in the RuntimePolicy's status)")
+    }
 }
 
 /// The Event for a persisted condition change, when it is one this crate
@@ -208,29 +242,17 @@ pub(crate) fn for_condition(
     if condition.status != "False" {
         return None;
     }
-    let cause = [condition.reason.as_str(), condition.message.as_str()]
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .collect::<Vec<_>>()
-        .join(": ");
     // The type is one of the two constants above, not user input.
-    let note = bound_note(format!(
-        "{} is False: {}",
-        condition.type_,
-        sanitize(&cause)
-    ));
+    let note = bound_note(condition_note(condition));
     let regarding = policy_reference(&policy.name, policy.uid.as_deref());
-    let variant = name::variant(&Immutable {
+    let identity = name::identity(&Key {
         reason: REASON_ERROR,
         action,
         type_: TYPE_WARNING,
-        note: &note,
         regarding: &regarding,
         related: None,
     });
-    let uid_or_name = policy.uid.as_deref().unwrap_or(&policy.name);
-    let identity = name::policy_identity(uid_or_name, &condition.type_);
-    let name = name::join(&policy.name, &identity, &variant);
+    let name = name::join(&policy.name, &identity, REASON_ERROR);
     let now = MicroTime(Timestamp::now());
     Some(build(
         name,
@@ -331,7 +353,7 @@ mod tests {
     }
 
     fn emit(f: &Finding, count: u64) -> Emission {
-        for_finding(&f.clone().redact(), &f.fingerprint(), count, &reporting())
+        for_finding(&f.clone().redact(), count, &reporting())
     }
 
     fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
@@ -387,8 +409,8 @@ mod tests {
         assert!(ev.series.is_none(), "one occurrence is no series");
         assert_eq!(ev.reporting_instance.as_deref(), Some("node-a"));
         let name = e.name();
-        let fp = finding().fingerprint().to_string();
-        assert!(name.starts_with(&format!("web-0.{}.", &fp[..16])), "{name}");
+        assert!(name.starts_with("web-0."), "{name}");
+        assert!(name.ends_with(".policyviolation"), "{name}");
         assert!(is_valid_event_name(name), "{name}");
     }
 
@@ -454,7 +476,7 @@ mod tests {
     }
 
     #[test]
-    fn finding_names_are_deterministic_and_distinct_per_cause() {
+    fn finding_names_are_deterministic() {
         let f = finding();
         let name = emit(&f, 1).name().to_string();
         // Not part of the cause: counts and times.
@@ -465,24 +487,6 @@ mod tests {
         assert_eq!(emit(&g, 40).name(), name);
         // The raw finding and its redaction name the same Event.
         assert_eq!(emit(&f.clone().redact(), 1).name(), name);
-        // A distinct cause: its own Event.
-        let mut names = std::collections::BTreeSet::from([name.clone()]);
-        for change in [
-            |f: &mut Finding| f.target = "/usr/bin/wget".into(),
-            |f: &mut Finding| f.policy = "other".into(),
-            |f: &mut Finding| f.behavior = Behavior::Open,
-            |f: &mut Finding| f.pod.uid = "ffffffff-bbbb-cccc-dddd-eeeeeeeeeeee".into(),
-            |f: &mut Finding| f.pod.name = "web-1".into(),
-            |f: &mut Finding| f.enforced = false,
-            |f: &mut Finding| f.pod.container = Some("sidecar".into()),
-            |f: &mut Finding| f.decision = Some(Decision::DefaultDenied),
-        ] {
-            let mut g = f.clone();
-            change(&mut g);
-            let other = emit(&g, 1);
-            assert!(is_valid_event_name(other.name()), "{}", other.name());
-            assert!(names.insert(other.name().to_string()), "{}", other.name());
-        }
     }
 
     #[test]
@@ -555,7 +559,7 @@ mod tests {
     }
 
     #[test]
-    fn policy_error_names_follow_uid_type_and_cause() {
+    fn policy_error_names_follow_uid_and_type() {
         let r = reporting();
         let name =
             |p: &PolicyRef, c: &Condition| for_condition(p, c, &r).unwrap().name().to_string();
@@ -569,16 +573,117 @@ mod tests {
         other.uid = Some("99999999-2222-3333-4444-555555555555".into());
         assert_ne!(name(&other, &c), n, "a recreated policy is another object");
         let changed = condition("Applied", "False", "CompileFailed", "worse");
-        assert_ne!(
+        assert_eq!(
             name(&policy(), &changed),
             n,
-            "a changed message is a distinct cause"
+            "a changed message adds to the same Event"
         );
         let no_uid = PolicyRef {
             name: "no-curl".into(),
             uid: None,
         };
         assert!(is_valid_event_name(&name(&no_uid, &c)));
+    }
+
+    /// Issue 38 (11): one Event per (object, reason). What the note says
+    /// (the target, the behavior, the decision) is not part of the name, so
+    /// a pod that violates a policy on a new target every flush adds to one
+    /// Event's series instead of creating an object each time.
+    #[test]
+    fn one_event_per_object_and_reason_whatever_the_note() {
+        let f = finding();
+        let name = emit(&f, 1).name().to_string();
+        for change in [
+            |f: &mut Finding| f.target = "/usr/bin/wget".into(),
+            |f: &mut Finding| f.target = "/tmp/random-0123".into(),
+            |f: &mut Finding| f.behavior = Behavior::Open,
+            |f: &mut Finding| f.decision = Some(Decision::DefaultDenied),
+        ] {
+            let mut g = f.clone();
+            change(&mut g);
+            let e = emit(&g, 1);
+            assert_ne!(e.event.note, emit(&f, 1).event.note, "another note");
+            assert_eq!(e.name(), name, "the same object and reason");
+        }
+        // Another object (pod, container, related policy) or reason: its own.
+        let mut names = std::collections::BTreeSet::from([name.clone()]);
+        for change in [
+            |f: &mut Finding| f.policy = "other".into(),
+            |f: &mut Finding| f.pod.uid = "ffffffff-bbbb-cccc-dddd-eeeeeeeeeeee".into(),
+            |f: &mut Finding| f.enforced = false,
+            |f: &mut Finding| f.pod.container = Some("sidecar".into()),
+        ] {
+            let mut g = f.clone();
+            change(&mut g);
+            let other = emit(&g, 1);
+            assert!(is_valid_event_name(other.name()), "{}", other.name());
+            assert!(names.insert(other.name().to_string()), "{}", other.name());
+        }
+        // A policy error whose message changed: the same Event.
+        let r = reporting();
+        let first = condition("Applied", "False", "CompileFailed", "bad");
+        let later = condition("Applied", "False", "CompileFailed", "worse");
+        let a = for_condition(&policy(), &first, &r).unwrap();
+        let b = for_condition(&policy(), &later, &r).unwrap();
+        assert_ne!(a.event.note, b.event.note);
+        assert_eq!(a.name(), b.name());
+    }
+
+    /// Issue 38 (11): a RuntimePolicy's Event lives in `default`, which
+    /// readers of no other namespace may read: it must not carry what
+    /// a node saw in other namespaces (the gates' messages name pods and
+    /// Services), only what the policy's spec alone says.
+    #[test]
+    fn a_default_namespace_note_names_no_pod_of_another_namespace() {
+        let r = reporting();
+        for (type_, reason, message) in [
+            (
+                "Applied",
+                "EnforcementAvailable",
+                "unavailable on node-a (1 matching pod(s) with containers whose cgroup \
+                 was not found (first: shop/web-0 app: no cgroup))",
+            ),
+            (
+                "Applied",
+                "ObservationAvailable",
+                "unavailable on node-a (2 selected pod(s) in protected namespaces are not \
+                 enforced (first: kube-system/coredns-7d9; protected: kube-system))",
+            ),
+            (
+                "Applied",
+                "EnforcementAvailable",
+                "unavailable on node-a (network: Services without addresses yet: shop/web-0)",
+            ),
+            (
+                "TargetsValid",
+                "ValuesRejected",
+                "1 value(s) not programmed: shop/web-0 (10.1.2.3)",
+            ),
+        ] {
+            let c = condition(type_, "False", reason, message);
+            let e = for_condition(&policy(), &c, &r).unwrap();
+            assert_eq!(e.namespace(), CLUSTER_SCOPED_NAMESPACE);
+            let text = serde_json::to_string(&e.event).unwrap();
+            for leak in ["web-0", "coredns-7d9", "shop/", "kube-system/"] {
+                assert!(!text.contains(leak), "{leak}: {text}");
+            }
+            let note = e.event.note.unwrap();
+            assert!(
+                note.starts_with(&format!("{type_} is False: {reason}")),
+                "{note}"
+            );
+        }
+        // What the spec alone says (a compile error) is still quoted.
+        let c = condition("Applied", "False", "CompileFailed", "undeclared reference");
+        let note = for_condition(&policy(), &c, &r)
+            .unwrap()
+            .event
+            .note
+            .unwrap();
+        assert_eq!(
+            note,
+            "Applied is False: CompileFailed: undeclared reference"
+        );
     }
 
     #[test]

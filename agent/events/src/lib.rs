@@ -15,14 +15,20 @@
 //!   in `default` (where the Events of cluster-scoped objects live).
 //!
 //! Every Event is an `events.k8s.io/v1` Warning written directly through
-//! the API, not through a correlating event recorder, which would key its
-//! deduplication on everything but the note and so collapse distinct
-//! causes (two targets of one policy and pod) into one series. Each Event
-//! is instead named after its cause ([`name`] explains how): a finding's
-//! [`Fingerprint`](kyverno_runtime_report::Fingerprint), or the policy's
-//! uid and the condition type. A create that meets AlreadyExists is the
-//! identical cause firing again, so the stored Event's series is patched
-//! in place; a distinct cause always gets its own Event.
+//! the API. There is one Event per (object, reason) ([`name`] explains
+//! how): per container of a pod, policy and reason for a finding, per
+//! policy and condition type for a policy error. A create that meets
+//! AlreadyExists is that object and reason again, so the stored Event's
+//! series (count, lastObservedTime) is patched in place, as client-go's
+//! recorder does. The note is not part of the name: it is immutable in
+//! `events.k8s.io/v1`, so the Event keeps the note of its first occurrence,
+//! and a new target or a changed message adds to the count instead of
+//! creating an object (issue 38). The pod's Report lists every target.
+//!
+//! A policy error's Event is in `default`, where people who may read no
+//! other namespace can read it: it quotes a condition's message only when
+//! the message is the policy's spec alone (a compile error), never what
+//! nodes saw in other namespaces (pods, Services).
 //!
 //! Only redacted values reach an Event: a finding's
 //! [redaction](kyverno_runtime_report::Finding::redact), a condition's
@@ -68,7 +74,7 @@ pub fn finding_event_name(finding: &Finding) -> Option<String> {
         controller: String::new(),
         instance: String::new(),
     };
-    let emission = event::for_finding(&redacted, &finding.fingerprint(), 1, &reporting);
+    let emission = event::for_finding(&redacted, 1, &reporting);
     Some(emission.name().to_string())
 }
 

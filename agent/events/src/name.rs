@@ -1,30 +1,31 @@
 //! Event names: deterministic, so a repeat of a cause finds its Event.
 //!
-//! A name is `<prefix>.<identity>.<variant>`:
+//! A name is `<prefix>.<identity>.<reason>`:
 //!
 //! - `prefix` is for humans: the pod's name for a finding, the policy's
 //!   for a policy error, mapped to what a name may hold and cut to
 //!   [`MAX_PREFIX_LEN`] characters.
-//! - `identity` is 16 hex digits of what the Event is about: the first 16
-//!   of the finding's [`Fingerprint`] (the identity the reporter
-//!   deduplicates by, and the `fingerprint` property of the pod's Report
-//!   result, so an Event leads to its result), or of a SHA-256 over the
-//!   policy's uid and the condition type.
-//! - `variant` is 8 hex digits of a SHA-256 over everything the API server
-//!   will not let an update change: reason, action, type, note, regarding
-//!   and related. In `events.k8s.io/v1` these are immutable (the server
-//!   refuses `note: field is immutable`), so an Event can only be about
-//!   one of them: a policy switched from monitor to enforce, a finding
-//!   from another container, or a condition whose message changed is a
-//!   distinct cause, and gets its own Event rather than a refused patch.
+//! - `identity` is 16 hex digits of a SHA-256 over what the Event is
+//!   about, its [`Key`]: `regarding` (the pod and container, or the
+//!   policy), `related` (the policy a finding is about), reason, action
+//!   and type. That is the key client-go's `events.k8s.io/v1` recorder
+//!   correlates by, and the fields the API server will not let an update
+//!   change except the note.
+//! - `reason` is the Event's reason, lowercased.
 //!
-//! Three dot-separated parts can never be a kubelet's `<pod>.<16 hex>`
-//! name, and the whole is at most 63 + 1 + 16 + 1 + 8 = 89 characters, a
-//! valid DNS-1123 subdomain (what the API server requires of an Event's
-//! name) whatever the input.
+//! The note is deliberately not part of the name (issue 38): a pod that
+//! trips one policy on a new target every flush, or a policy error whose
+//! message changes, would otherwise create a new object each time. One
+//! Event per (object, reason) keeps the note of its first occurrence (the
+//! note is immutable in `events.k8s.io/v1`) and counts the rest in its
+//! series; the pod's Report lists every target.
+//!
+//! The last part is never hexadecimal, so a name can never be a kubelet's
+//! `<pod>.<hex>`, and the whole is at most 63 + 1 + 16 + 1 + 18 = 99
+//! characters, a valid DNS-1123 subdomain (what the API server requires of
+//! an Event's name) whatever the input.
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kyverno_runtime_report::Fingerprint;
 use sha2::{Digest, Sha256};
 
 /// The longest human-readable head of an Event name.
@@ -78,33 +79,18 @@ pub(crate) fn prefix(source: &str) -> String {
     }
 }
 
-/// The identity part of a finding's Event.
-pub(crate) fn finding_identity(fingerprint: &Fingerprint) -> String {
-    hex(&fingerprint.as_bytes()[..8])
-}
-
-/// The identity part of a policy error's Event: its policy (by uid, or by
-/// name when the uid is unknown) and its condition type.
-pub(crate) fn policy_identity(uid_or_name: &str, condition_type: &str) -> String {
-    let d = digest(
-        "kyverno-runtime policy error v1",
-        [uid_or_name, condition_type],
-    );
-    hex(&d[..8])
-}
-
-/// What an Event says that an update cannot change.
-pub(crate) struct Immutable<'a> {
+/// What an Event is about: everything its name is derived from. Each is
+/// immutable in `events.k8s.io/v1`, so one Event cannot be about two keys.
+pub(crate) struct Key<'a> {
     pub reason: &'a str,
     pub action: &'a str,
     pub type_: &'a str,
-    pub note: &'a str,
     pub regarding: &'a ObjectReference,
     pub related: Option<&'a ObjectReference>,
 }
 
-/// The variant part: 8 hex digits over [`Immutable`].
-pub(crate) fn variant(fields: &Immutable<'_>) -> String {
+/// The identity part: 16 hex digits over a [`Key`].
+pub(crate) fn identity(key: &Key<'_>) -> String {
     fn reference(r: Option<&ObjectReference>) -> [&str; 6] {
         fn field(v: Option<&Option<String>>) -> &str {
             v.and_then(|s| s.as_deref()).unwrap_or("")
@@ -118,31 +104,31 @@ pub(crate) fn variant(fields: &Immutable<'_>) -> String {
             field(r.map(|r| &r.field_path)),
         ]
     }
-    let regarding = reference(Some(fields.regarding));
-    let related = reference(fields.related);
+    let regarding = reference(Some(key.regarding));
+    let related = reference(key.related);
     let d = digest(
-        "kyverno-runtime event v1",
+        "kyverno-runtime event key v2",
         [
-            fields.reason,
-            fields.action,
-            fields.type_,
-            fields.note,
-            if fields.related.is_some() {
-                "related"
-            } else {
-                ""
-            },
+            key.reason,
+            key.action,
+            key.type_,
+            if key.related.is_some() { "related" } else { "" },
         ]
         .into_iter()
         .chain(regarding)
         .chain(related),
     );
-    hex(&d[..4])
+    hex(&d[..8])
 }
 
-/// `<prefix>.<identity>.<variant>`.
-pub(crate) fn join(prefix_source: &str, identity: &str, variant: &str) -> String {
-    format!("{}.{identity}.{variant}", prefix(prefix_source))
+/// `<prefix>.<identity>.<reason>`; `reason` is one of this crate's
+/// constants (letters only), lowercased.
+pub(crate) fn join(prefix_source: &str, identity: &str, reason: &str) -> String {
+    format!(
+        "{}.{identity}.{}",
+        prefix(prefix_source),
+        reason.to_ascii_lowercase()
+    )
 }
 
 /// A DNS-1123 subdomain as the API server validates object names: at most
@@ -190,18 +176,60 @@ mod tests {
         }
     }
 
+    fn pod(uid: &str, container: Option<&str>) -> ObjectReference {
+        ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: Some("shop".into()),
+            name: Some("web-0".into()),
+            uid: Some(uid.into()),
+            field_path: container.map(|c| format!("spec.containers{{{c}}}")),
+            ..ObjectReference::default()
+        }
+    }
+
     #[test]
-    fn identities_are_sixteen_hex_digits() {
-        let id = policy_identity("11111111-2222-3333-4444-555555555555", "Applied");
+    fn identities_are_sixteen_hex_digits_over_the_key() {
+        let regarding = pod("u1", Some("app"));
+        let key = |regarding, reason, related| Key {
+            reason,
+            action: "Enforce",
+            type_: "Warning",
+            regarding,
+            related,
+        };
+        let id = identity(&key(&regarding, "PolicyViolation", None));
         assert_eq!(id.len(), 16);
         assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(
-            id,
-            policy_identity("11111111-2222-3333-4444-555555555555", "TargetsValid")
+        assert_eq!(id, identity(&key(&regarding, "PolicyViolation", None)));
+        let (other_pod, other_container, no_container, policy) = (
+            pod("u2", Some("app")),
+            pod("u1", Some("side")),
+            pod("u1", None),
+            pod("u3", None),
         );
-        assert_ne!(id, policy_identity("other", "Applied"));
+        for other in [
+            identity(&key(&other_pod, "PolicyViolation", None)),
+            identity(&key(&other_container, "PolicyViolation", None)),
+            identity(&key(&no_container, "PolicyViolation", None)),
+            identity(&key(&regarding, "PolicyWouldViolate", None)),
+            identity(&key(&regarding, "PolicyViolation", Some(&policy))),
+        ] {
+            assert_ne!(other, id);
+        }
         // Length-prefixed: the split between parts matters.
-        assert_ne!(policy_identity("ab", "c"), policy_identity("a", "bc"));
+        let split = |name: &str, uid: &str| ObjectReference {
+            name: Some(name.into()),
+            uid: Some(uid.into()),
+            ..ObjectReference::default()
+        };
+        let (ab, a) = (split("ab", "c"), split("a", "bc"));
+        assert_ne!(
+            identity(&key(&ab, "R", None)),
+            identity(&key(&a, "R", None))
+        );
+        let name = join("web-0", &id, "PolicyWouldViolate");
+        assert_eq!(name, format!("web-0.{id}.policywouldviolate"));
+        assert!(is_valid_event_name(&name));
     }
 
     #[test]

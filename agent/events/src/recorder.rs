@@ -188,15 +188,12 @@ impl RecorderHandle {
         if count == 0 {
             return;
         }
-        // The identity the reporter deduplicates by, computed before
-        // redaction (it is the same after).
-        let fingerprint = finding.fingerprint();
         let redacted = finding.clone().redact();
         if !redacted.pod.is_addressable() {
             self.shared.drop_causes(DropReason::Unattributed, 1);
             return;
         }
-        let emission = event::for_finding(&redacted, &fingerprint, count, &self.shared.reporting);
+        let emission = event::for_finding(&redacted, count, &self.shared.reporting);
         self.enqueue(emission);
     }
 

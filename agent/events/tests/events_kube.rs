@@ -3,11 +3,13 @@
 //! An enforced finding becomes a `PolicyViolation` Event regarding its pod,
 //! a monitor-mode one `PolicyWouldViolate`, and `Applied` going `False` a
 //! `PolicyError` regarding the policy in `default`; other condition changes
-//! become nothing. A repeat of the same finding adds to its Event's series
-//! instead of creating another object, while a finding that differs only in
-//! its target gets its own; the same holds for a repeated policy error and
-//! a changed one. A password and a bearer token in a target, or a token in
-//! a condition message, never reach the stored Event.
+//! become nothing. A repeat of the same finding, or one of the same policy
+//! on the same pod with another target, adds to its Event's series instead
+//! of creating another object (one Event per object and reason), while
+//! another reason gets its own; the same holds for a repeated policy error
+//! and a changed one. A password and a bearer token in a target, or a token
+//! in a condition message, never reach the stored Event, and a policy's
+//! Event in `default` names no pod of another namespace.
 //!
 //! Each test recreates its pod (a new uid) and tells its Events apart by the
 //! uid they regard, so Events left by earlier runs (they live an hour) do
@@ -303,7 +305,7 @@ async fn reasons_follow_enforcement_and_policy_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_repeat_adds_to_the_series_and_another_target_is_another_event() {
+async fn a_repeat_or_another_target_adds_to_the_series_and_another_reason_is_another_event() {
     let client = client().await;
     let pod = fresh_pod(&client, "series-web").await;
     let running = Running::start().await;
@@ -331,18 +333,28 @@ async fn a_repeat_adds_to_the_series_and_another_target_is_another_event() {
     let want = Timestamp::try_from(later.last_observed).unwrap();
     assert!(series.last_observed_time.0.as_second() >= want.as_second());
 
-    // A finding that differs only in its target is a distinct cause.
+    // A finding that differs only in its target: the same object and
+    // reason, so the same Event; monitor mode is another reason.
     let bash = finding(&pod, "no-shell", "/bin/bash", true);
     running.handle.finding_flushed(&bash, 1);
+    assert_eq!(running.next_writes(1).await, [WriteResult::Patched]);
+    let watched = finding(&pod, "no-shell", "/bin/bash", false);
+    running.handle.finding_flushed(&watched, 1);
     assert_eq!(running.next_writes(1).await, [WriteResult::Created]);
     let events = events_regarding(&client, NS, &pod.uid).await;
     assert_eq!(events.len(), 2, "{events:#?}");
     let names: Vec<_> = events.iter().map(|e| e.metadata.name.clone()).collect();
+    assert_eq!(finding_event_name(&sh), finding_event_name(&bash));
     assert!(names.contains(&finding_event_name(&sh)));
-    assert!(names.contains(&finding_event_name(&bash)));
+    assert!(names.contains(&finding_event_name(&watched)));
+    let sh_event = events
+        .iter()
+        .find(|e| e.metadata.name == finding_event_name(&sh))
+        .unwrap();
+    assert_eq!(series_count(sh_event), 6);
 
-    // A policy error that fires again adds to its series; a changed
-    // message is a distinct cause.
+    // A policy error that fires again adds to its series, and so does a
+    // changed message.
     let policy = PolicyRef {
         name: "events-series-policy".into(),
         uid: Some(pod.uid.clone()),
@@ -364,9 +376,10 @@ async fn a_repeat_adds_to_the_series_and_another_target_is_another_event() {
         "10.0.0.0/8: too wide",
     );
     running.handle.condition_changed(&policy, &changed);
-    assert_eq!(running.next_writes(1).await, [WriteResult::Created]);
+    assert_eq!(running.next_writes(1).await, [WriteResult::Patched]);
     let errors = events_regarding(&client, "default", &pod.uid).await;
-    assert_eq!(errors.len(), 2, "{errors:#?}");
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(series_count(&errors[0]), 3);
     running.stop().await;
 }
 
@@ -453,7 +466,10 @@ async fn no_secret_of_the_redaction_table_reaches_an_event() {
     let running = Running::start().await;
     let hook = running.handle.flush_sink();
     for (i, case) in CASES.iter().enumerate() {
-        let mut f = finding(&pod, "watch-exec", &format!("/usr/bin/tool-{i:03}"), false);
+        // One policy per case: one Event per (pod, policy, reason), so
+        // each case is stored as an Event of its own.
+        let policy = format!("watch-exec-{i:03}");
+        let mut f = finding(&pod, &policy, &format!("/usr/bin/tool-{i:03}"), false);
         f.process = Some(Process {
             pid: 7,
             comm: "tool".into(),
@@ -476,5 +492,93 @@ async fn no_secret_of_the_redaction_table_reaches_an_event() {
         }
     }
     println!("{} Events, {bytes} bytes stored, no secret", events.len());
+    running.stop().await;
+}
+
+/// Issue 38 (11): what lands in the API server is one Event per (object,
+/// reason), whatever each note says: a pod violating one policy on a new
+/// target each time, and a policy error whose message changes, each add to
+/// one Event's series.
+#[tokio::test(flavor = "multi_thread")]
+async fn changing_notes_add_to_one_event_per_object_and_reason() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "churn-web").await;
+    let running = Running::start().await;
+
+    for (i, target) in ["/tmp/a-1", "/tmp/b-2", "/tmp/c-3"].into_iter().enumerate() {
+        let mut f = finding(&pod, "no-tmp-exec", target, true);
+        f.last_observed = SystemTime::now() + Duration::from_secs(10 * i as u64);
+        running.handle.finding_flushed(&f, 2);
+    }
+    assert_eq!(
+        running.next_writes(3).await,
+        [
+            WriteResult::Created,
+            WriteResult::Patched,
+            WriteResult::Patched
+        ]
+    );
+    let events = events_regarding(&client, NS, &pod.uid).await;
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let series = events[0].series.as_ref().expect("a series");
+    assert_eq!(series.count, 6, "2 + 2 + 2 occurrences");
+    let latest = SystemTime::now() + Duration::from_secs(20);
+    let latest = Timestamp::try_from(latest).unwrap().as_second();
+    assert!(series.last_observed_time.0.as_second() >= latest - 5);
+    // The note is immutable in events.k8s.io/v1: the first one stays.
+    assert!(events[0].note.as_ref().unwrap().contains("/tmp/a-1"));
+
+    let policy = PolicyRef {
+        name: "events-churn-policy".into(),
+        uid: Some(pod.uid.clone()),
+    };
+    for message in ["bad 1", "bad 2", "bad 3"] {
+        let c = condition("Applied", "False", "CompileFailed", message);
+        running.handle.condition_changed(&policy, &c);
+    }
+    assert_eq!(
+        running.next_writes(3).await,
+        [
+            WriteResult::Created,
+            WriteResult::Patched,
+            WriteResult::Patched
+        ]
+    );
+    let errors = events_regarding(&client, "default", &pod.uid).await;
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(series_count(&errors[0]), 3);
+    running.stop().await;
+}
+
+/// Issue 38 (11): a RuntimePolicy's Event is in `default`; the pods (of
+/// other namespaces) a node's status names never reach it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_default_namespace_event_names_no_pod_of_another_namespace() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "leaky-web").await;
+    let running = Running::start().await;
+    let policy = PolicyRef {
+        name: "events-leak-policy".into(),
+        uid: Some(pod.uid.clone()),
+    };
+    let gate = condition(
+        "Applied",
+        "False",
+        "EnforcementAvailable",
+        &format!(
+            "unavailable on node-a (1 matching pod(s) with containers whose cgroup \
+             was not found (first: {NS}/leaky-web app: no cgroup))"
+        ),
+    );
+    running.handle.condition_changed(&policy, &gate);
+    assert_eq!(running.next_writes(1).await, [WriteResult::Created]);
+    let errors = events_regarding(&client, "default", &pod.uid).await;
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    let name = errors[0].metadata.name.as_deref().unwrap();
+    let text = raw_event(&client, "default", name).await;
+    assert!(text.contains("EnforcementAvailable"), "{text}");
+    for leak in ["leaky-web", NS] {
+        assert!(!text.contains(leak), "{leak} in a default Event: {text}");
+    }
     running.stop().await;
 }
