@@ -71,6 +71,12 @@ pub enum DropReason {
     /// held its share of the learned-address map), and the pod is never
     /// told an address it could not be stopped from reaching.
     answer_refused,
+    /// A Kubernetes Event over its policy's budget (issue 38): not written,
+    /// so that one policy cannot flood the API server with Events.
+    policy_budget,
+    /// A Kubernetes Event over its pod's budget (issue 38): not written, so
+    /// that one pod cannot flood the API server with Events.
+    pod_budget,
 }
 
 /// Why an event source failed (`source_failures_total{reason}`).
@@ -107,6 +113,44 @@ pub enum ReportWriteResult {
     conflict,
     /// Failed.
     error,
+}
+
+/// How a Kubernetes Event write succeeded (`event_writes_total{result}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum EventWriteResult {
+    /// A new Event was created.
+    created,
+    /// An existing Event's series was added to.
+    patched,
+}
+
+/// Why a Kubernetes Event write failed after its retries
+/// (`event_writes_failed_total{reason}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum EventWriteFailure {
+    /// 401: the API server did not accept the daemon's credentials.
+    unauthorized,
+    /// 403: RBAC (or an admission policy) refused the write.
+    forbidden,
+    /// 404: the namespace (or the Event, between its read and its patch)
+    /// does not exist.
+    not_found,
+    /// 409: the series patch kept losing races.
+    conflict,
+    /// 400 or 422: the API server found the Event invalid.
+    invalid,
+    /// Another 4xx refusal.
+    refused,
+    /// 429: throttled on every attempt.
+    throttled,
+    /// 5xx on every attempt.
+    server_error,
+    /// No answer: a transport or TLS error.
+    unreachable,
+    /// The write, retries included, ran out of its time.
+    timeout,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -234,5 +278,27 @@ impl ProgramLabels {
         ProgramLabels {
             program: program.into(),
         }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct EventResultLabels {
+    result: EventWriteResult,
+}
+
+impl EventResultLabels {
+    pub(crate) fn new(result: EventWriteResult) -> Self {
+        EventResultLabels { result }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct EventFailureLabels {
+    reason: EventWriteFailure,
+}
+
+impl EventFailureLabels {
+    pub(crate) fn new(reason: EventWriteFailure) -> Self {
+        EventFailureLabels { reason }
     }
 }

@@ -15,12 +15,16 @@ mod labels;
 mod server;
 
 pub use health::{Health, Unhealthy};
-pub use labels::{DropReason, GateOperation, ReportWriteResult, SourceFailureReason};
+pub use labels::{
+    DropReason, EventWriteFailure, EventWriteResult, GateOperation, ReportWriteResult,
+    SourceFailureReason,
+};
 pub use server::{serve, ServeError};
 
 use labels::{
-    DropLabels, OperationLabels, PolicyBehaviorLabels, PolicyExpressionLabels, ProgramLabels,
-    ReasonLabels, ResultLabels, SourceKindLabels, SourceLabels, SourceReasonLabels,
+    DropLabels, EventFailureLabels, EventResultLabels, OperationLabels, PolicyBehaviorLabels,
+    PolicyExpressionLabels, ProgramLabels, ReasonLabels, ResultLabels, SourceKindLabels,
+    SourceLabels, SourceReasonLabels,
 };
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -44,6 +48,8 @@ pub struct Metrics {
     monitor_filter_eval_errors: Family<PolicyExpressionLabels, Counter>,
     report_writes: Family<ResultLabels, Counter>,
     status_writes_failed: Family<ReasonLabels, Counter>,
+    event_writes: Family<EventResultLabels, Counter>,
+    event_writes_failed: Family<EventFailureLabels, Counter>,
     source_available: Family<SourceLabels, Gauge>,
     source_failures: Family<SourceReasonLabels, Counter>,
     pods_unresolved: Gauge,
@@ -73,6 +79,8 @@ impl Metrics {
             monitor_filter_eval_errors: Family::default(),
             report_writes: Family::default(),
             status_writes_failed: Family::default(),
+            event_writes: Family::default(),
+            event_writes_failed: Family::default(),
             source_available: Family::default(),
             source_failures: Family::default(),
             pods_unresolved: Gauge::default(),
@@ -117,6 +125,18 @@ impl Metrics {
             "RuntimePolicy status writes of this node's shard that failed, by reason \
              (unreachable, throttled, server_error, refused, conflicts)",
             m.status_writes_failed.clone(),
+        );
+        registry.register(
+            "event_writes",
+            "Kubernetes Event writes that succeeded, by result (created, patched)",
+            m.event_writes.clone(),
+        );
+        registry.register(
+            "event_writes_failed",
+            "Kubernetes Event writes that failed after their retries, by reason \
+             (unauthorized, forbidden, not_found, conflict, invalid, refused, throttled, \
+             server_error, unreachable, timeout)",
+            m.event_writes_failed.clone(),
         );
         registry.register(
             "source_available",
@@ -211,6 +231,20 @@ impl Metrics {
             .get_or_create(&ReasonLabels {
                 reason: reason.to_string(),
             })
+            .inc();
+    }
+
+    /// A Kubernetes Event write succeeded with `result`.
+    pub fn event_write(&self, result: EventWriteResult) {
+        self.event_writes
+            .get_or_create(&EventResultLabels::new(result))
+            .inc();
+    }
+
+    /// A Kubernetes Event write failed for `reason`, after its retries.
+    pub fn event_write_failed(&self, reason: EventWriteFailure) {
+        self.event_writes_failed
+            .get_or_create(&EventFailureLabels::new(reason))
             .inc();
     }
 

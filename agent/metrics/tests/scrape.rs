@@ -61,6 +61,9 @@ fn populated() -> Arc<Metrics> {
     m.status_write_failed("throttled");
     m.status_write_failed("throttled");
     m.status_write_failed("unreachable");
+    m.event_write(EventWriteResult::created);
+    m.event_write_failed(EventWriteFailure::forbidden);
+    m.events_dropped("events", DropReason::pod_budget, 3);
     m
 }
 
@@ -145,6 +148,34 @@ async fn a_scrape_parses_and_holds_every_listed_series() {
     assert!(failed.contains(&("throttled".into(), 2.0)), "{failed:?}");
     assert!(failed.contains(&("unreachable".into(), 1.0)), "{failed:?}");
     assert!(body.contains("# TYPE nirmata_runtime_status_writes_failed counter"));
+    // Kubernetes Event writes, by result and by failure reason, and the
+    // Events a budget left out (issue 38).
+    let sample = |metric: &str, label: &str| -> Vec<(String, f64)> {
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == metric)
+            .map(|s| (s.labels.get(label).unwrap().to_string(), value(&s.value)))
+            .collect()
+    };
+    assert_eq!(
+        sample("nirmata_runtime_event_writes_total", "result"),
+        [("created".to_string(), 1.0)]
+    );
+    assert_eq!(
+        sample("nirmata_runtime_event_writes_failed_total", "reason"),
+        [("forbidden".to_string(), 1.0)]
+    );
+    assert!(
+        dropped.contains(&("events".into(), "pod_budget".into(), 3.0)),
+        "{dropped:?}"
+    );
+    for family in ["event_writes", "event_writes_failed"] {
+        assert!(
+            body.contains(&format!("# TYPE nirmata_runtime_{family} counter")),
+            "{family}"
+        );
+    }
 }
 
 /// A manual monotonic clock: the test moves time, so a stall is proven
