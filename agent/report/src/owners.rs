@@ -26,6 +26,10 @@
 //! labels and references are all that is needed); the others are read
 //! whole because the selector is in their spec.
 
+mod recent;
+
+pub(crate) use recent::{RecentChains, KEEP_CHAINS_FOR, MAX_REMEMBERED};
+
 use crate::autogen::ControllerKind;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -299,6 +303,31 @@ pub(crate) async fn resolve(
         _ => return Ok(Chain::Unverified(UnsupportedOwner)),
     };
     Ok(Chain::Verified { owner, rollup })
+}
+
+/// [`resolve`], remembering every chain that verifies by the pod's uid,
+/// and answering for a pod that is gone (or is another pod of the same
+/// name now) with the chain it last verified with, if `recent` still has
+/// it: the findings it made while it lived belong to that controller
+/// (see `recent`).
+pub(crate) async fn resolve_remembering(
+    fetch: &impl Fetch,
+    recent: &RecentChains,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<Chain, kube::Error> {
+    Ok(match resolve(fetch, namespace, name, uid).await? {
+        Chain::Verified { owner, rollup } => {
+            recent.remember(uid, &owner, &rollup);
+            Chain::Verified { owner, rollup }
+        }
+        Chain::Unverified(Unverified::PodGone) => match recent.recall(uid) {
+            Some((owner, rollup)) => Chain::Verified { owner, rollup },
+            None => Chain::Unverified(Unverified::PodGone),
+        },
+        other => other,
+    })
 }
 
 /// An object by kind, namespace and name.
@@ -625,6 +654,59 @@ mod tests {
             let uid = if i == 0 { "other-uid" } else { "pod-uid" };
             assert_eq!(resolve_now(&t, "web-5d9-a", uid), want, "{what}");
         }
+    }
+
+    fn resolve_remembering_now(t: &Table, recent: &RecentChains, pod: &str, uid: &str) -> Chain {
+        let fut = resolve_remembering(t, recent, "ns", pod, uid);
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut fut = std::pin::pin!(fut);
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(r) => r.unwrap(),
+            std::task::Poll::Pending => panic!("the table never waits"),
+        }
+    }
+
+    /// Issue 38, point 7: a pod deleted (or recreated under its name)
+    /// before its last findings are flushed keeps the chain it verified
+    /// with while it lived; a uid that never verified borrows nothing.
+    #[test]
+    fn a_gone_pod_keeps_the_chain_it_verified_with() {
+        let mut t = deployment();
+        let recent = RecentChains::new(KEEP_CHAINS_FOR, MAX_REMEMBERED);
+        let verified = Chain::Verified {
+            owner: named("Deployment", "web"),
+            rollup: vec![ctrl(ControllerKind::Deployment, "web", "d-uid")],
+        };
+        assert_eq!(
+            resolve_remembering_now(&t, &recent, "web-5d9-a", "pod-uid"),
+            verified
+        );
+        // Recreated under its name: another uid.
+        t.objects
+            .get_mut(&(ObjKind::Pod, "web-5d9-a".into()))
+            .unwrap()
+            .uid = "new-uid".into();
+        assert_eq!(
+            resolve_remembering_now(&t, &recent, "web-5d9-a", "pod-uid"),
+            verified,
+            "the old pod's findings keep its chain"
+        );
+        // Deleted.
+        t.objects.remove(&(ObjKind::Pod, "web-5d9-a".into()));
+        assert_eq!(
+            resolve_remembering_now(&t, &recent, "web-5d9-a", "pod-uid"),
+            verified
+        );
+        assert_eq!(
+            resolve_remembering_now(&t, &recent, "web-5d9-a", "never-seen"),
+            Chain::Unverified(Unverified::PodGone)
+        );
+        // Without the memory (what `resolve` alone says).
+        assert_eq!(
+            resolve_now(&t, "web-5d9-a", "pod-uid"),
+            Chain::Unverified(Unverified::PodGone)
+        );
     }
 
     #[test]

@@ -59,7 +59,9 @@ use crate::finding::{is_dns1123_subdomain, Finding, Fingerprint};
 use crate::merge::{
     desired_controller_report, desired_pod_report, Merged, PodKey, Rollup, Subject,
 };
-use crate::owners::{self, Chain, Controller, NamedOwner, Owners};
+use crate::owners::{
+    self, Chain, Controller, NamedOwner, Owners, RecentChains, KEEP_CHAINS_FOR, MAX_REMEMBERED,
+};
 use crate::policies::{Policies, PolicyState};
 use crate::result::OwnerMark;
 use crate::sanitize::sanitize;
@@ -518,6 +520,9 @@ pub struct Reporter {
     on_write: Option<WriteHook>,
     on_flush: Option<FlushHook>,
     owners: Owners,
+    /// The chains of pods verified recently, for their findings flushed
+    /// after they are gone (see `owners::recent`).
+    recent: RecentChains,
     policies: Policies,
     counted: Mutex<Counted>,
     node: String,
@@ -546,6 +551,7 @@ impl Reporter {
         } = options;
         Reporter {
             owners: Owners::new(client.clone(), lookup_ttl, 20_000),
+            recent: RecentChains::new(KEEP_CHAINS_FOR, MAX_REMEMBERED),
             policies: Policies::new(client.clone(), lookup_ttl),
             counted: Mutex::new(Counted::default()),
             node,
@@ -676,6 +682,7 @@ impl Reporter {
         let (routes, settings) = self.route(&pending).await;
         let marks = self.regroup(&mut pending, routes, &settings);
         self.owners.prune();
+        self.recent.prune();
 
         let dests: Vec<Dest> = pending.groups.keys().cloned().collect();
         let mut flushed = Flushed::default();
@@ -757,9 +764,15 @@ impl Reporter {
             if findings.values().all(|f| f.pod.owner_kind.is_none()) {
                 continue;
             }
-            let route = match owners::resolve(&self.owners, &pod.namespace, &pod.name, &pod.uid)
-                .await
-            {
+            let resolved = owners::resolve_remembering(
+                &self.owners,
+                &self.recent,
+                &pod.namespace,
+                &pod.name,
+                &pod.uid,
+            )
+            .await;
+            let route = match resolved {
                 Ok(Chain::NoOwner) => Route::Pod(None),
                 Ok(Chain::Unverified(why)) => {
                     tracing::debug!(namespace = %pod.namespace, pod = %pod.name, reason = ?why, "the pod's claimed owner did not verify; its findings stay on its Report");

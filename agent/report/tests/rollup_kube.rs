@@ -803,3 +803,103 @@ async fn a_deleted_policys_results_disappear_from_every_report() {
         .unwrap()
         .unwrap();
 }
+
+/// Deletes pod `name` in `ns` (never scheduled: at once) and waits until
+/// it is gone.
+async fn delete_pod(client: &kube::Client, ns: &str, name: &str) {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    pods.delete(name, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        if pods.get_opt(name).await.unwrap().is_none() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("pod {ns}/{name} did not go");
+}
+
+/// Issue 38, point 7: the last findings of a pod deleted before the flush
+/// (a Deployment's pod scaled away; a StatefulSet's pod deleted and
+/// recreated under its name) still reach the controller's Report: the
+/// reporter keeps the owner chains it verified, by pod uid.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_pods_late_findings_reach_its_controllers_report() {
+    let client = client().await;
+    let ns = "krt-rollup-late";
+    fresh_namespace(&client, ns).await;
+    let uid = fresh_policy(&client, "rollup-late", None).await;
+    let policy = ("rollup-late", uid.as_str());
+    let web = deployment(&client, ns, "web").await;
+    let (db, db_labels) = statefulset(&client, ns, "db").await;
+    let gone = pod(
+        &client,
+        ns,
+        "web-5d9c8-gone",
+        "node-a",
+        &web.labels,
+        Some(&web.replicaset),
+    )
+    .await;
+    let db0 = pod(&client, ns, "db-0", "node-a", &db_labels, Some(&db)).await;
+
+    let drops = Arc::new(Mutex::new(Vec::new()));
+    let seen = drops.clone();
+    // No lookup cache: by the time a deleted pod's last findings are
+    // flushed, what was cached about it has long expired.
+    let reporter = reporter(
+        client.clone(),
+        "node-a",
+        ReporterOptions {
+            lookup_ttl: Duration::ZERO,
+            on_drop: Some(Arc::new(move |reason, n| {
+                seen.lock().unwrap().push((reason, n))
+            })),
+            ..ReporterOptions::default()
+        },
+    );
+    let handle = reporter.handle();
+    handle.submit(finding(policy, &gone, "/bin/sh", 2, 10, 10));
+    handle.submit(finding(policy, &db0, "/bin/sh", 1, 10, 10));
+    for outcome in reporter.flush().await.outcomes {
+        assert_eq!(outcome.result.unwrap(), WriteResult::Created);
+    }
+
+    // The Deployment's pod is deleted; the StatefulSet's is deleted and
+    // recreated under its name. Their last findings arrive after.
+    delete_pod(&client, ns, "web-5d9c8-gone").await;
+    delete_pod(&client, ns, "db-0").await;
+    let db0_new = pod(&client, ns, "db-0", "node-a", &db_labels, Some(&db)).await;
+    assert_ne!(db0_new.uid, db0.uid);
+    handle.submit(finding(policy, &gone, "/bin/sh", 3, 20, 20));
+    handle.submit(finding(policy, &db0, "/bin/sh", 4, 20, 20));
+    let flushed = reporter.flush().await;
+    for outcome in &flushed.outcomes {
+        assert_eq!(
+            outcome.result.as_ref().unwrap(),
+            &WriteResult::Updated,
+            "only the controllers' Reports are written: {outcome:?}"
+        );
+    }
+
+    let stored = reports(&client, ns).await;
+    let deploy = controller_report_name(ControllerKind::Deployment, "web");
+    let sts = controller_report_name(ControllerKind::StatefulSet, "db");
+    assert_eq!(
+        names(&stored),
+        BTreeSet::from([deploy.clone(), sts.clone()]),
+        "no pod Reports (owned by dead uids, they would be collected)"
+    );
+    let web_result = result_of(named(&stored, &deploy), policy.0, "/bin/sh");
+    assert_eq!(prop(web_result, property::COUNT), "5");
+    assert_eq!(prop(web_result, property::LAST_TIMESTAMP), rfc3339(20));
+    let db_result = result_of(named(&stored, &sts), policy.0, "/bin/sh");
+    assert_eq!(prop(db_result, property::COUNT), "5");
+    assert_eq!(prop(db_result, property::POD_COUNT), "1");
+    assert!(
+        drops.lock().unwrap().is_empty(),
+        "{:?}",
+        drops.lock().unwrap()
+    );
+}
