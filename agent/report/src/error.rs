@@ -13,6 +13,23 @@ pub enum Error {
         /// What the client reported.
         source: kube::Error,
     },
+    /// The Report is about another pod of the same name, and the pod the
+    /// findings are about is not the live one: a late write for a pod that
+    /// was replaced (a StatefulSet's pod recreated under its name) never
+    /// takes the live pod's Report. Its findings have no Report to go to.
+    #[error(
+        "Report {namespace}/{name} is pod {current}'s; pod {uid} is not the live pod of that name"
+    )]
+    Superseded {
+        /// The Report's namespace (the pod's).
+        namespace: String,
+        /// The Report's name.
+        name: String,
+        /// The uid of the pod the findings are about.
+        uid: String,
+        /// The uid of the pod the Report is about.
+        current: String,
+    },
     /// Every attempt lost a write race to another writer.
     #[error("Report {namespace}/{name}: still conflicting after {attempts} attempts")]
     Conflicts {
@@ -34,6 +51,7 @@ impl Error {
         match self {
             Error::Api { .. } => "api",
             Error::Conflicts { .. } => "conflicts",
+            Error::Superseded { .. } => "superseded",
         }
     }
 
@@ -48,6 +66,7 @@ impl Error {
         match self {
             Error::Conflicts { .. } => true,
             Error::Api { source, .. } => is_retryable(source),
+            Error::Superseded { .. } => false,
         }
     }
 }

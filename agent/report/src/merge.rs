@@ -177,10 +177,13 @@ pub(crate) fn desired_report(
 ///   oldest go, and [`TRUNCATED_ANNOTATION`] adds up how many.
 /// - The summary and the [`POLICY_LABEL_PREFIX`] labels are recomputed
 ///   from the results.
-/// - A stored Report whose scope is another uid was about an earlier pod
-///   of the same name (a StatefulSet's pod recreated): its results are not
-///   about this pod, so they are replaced rather than merged, and its
-///   owner reference moves to this pod.
+/// - A stored Report whose scope is another uid ([`other_pod`]) was about
+///   an earlier pod of the same name (a StatefulSet's pod recreated): its
+///   results are not about this pod, so they are replaced rather than
+///   merged, and its owner reference moves to this pod. Only the live pod
+///   of the name may do that: the writer checks it through the API first,
+///   so a late write for an earlier pod never replaces a newer one's
+///   Report.
 /// - Metadata this crate does not own (other labels, annotations, owner
 ///   references to anything but a Pod) is kept.
 pub(crate) fn desired_pod_report(
@@ -207,6 +210,19 @@ pub(crate) fn desired_pod_report(
         (*fp, build)
     });
     merge(stored, Subject::Pod(pod), incoming, max_results)
+}
+
+/// The uid of the pod a stored pod Report is about when that is not
+/// `pod`: another pod of the same name, before or after it. Merging would
+/// replace such a Report, so the writer must know first that `pod` is the
+/// live one.
+pub(crate) fn other_pod<'a>(stored: &'a Report, pod: &PodKey) -> Option<&'a str> {
+    stored
+        .spec
+        .scope
+        .as_ref()
+        .and_then(|s| s.uid.as_deref())
+        .filter(|uid| *uid != pod.uid)
 }
 
 /// One result of a controller's Report, gathered from this flush's
@@ -867,6 +883,22 @@ mod tests {
         assert_eq!(refs.len(), 1);
         assert_eq!(refs[0].uid, pod().uid);
         assert!(m.report.metadata.annotations.is_none());
+    }
+
+    /// Issue 38, point 8: the writer is told when a stored Report is about
+    /// another pod of the name (before or after its own), which it may
+    /// replace only as the live pod.
+    #[test]
+    fn a_report_about_another_pod_of_the_name_is_told_apart() {
+        let ours = desired_report(None, &pod(), &batch(&[finding("/bin/sh", 1, 1, 1)]), 500);
+        assert_eq!(other_pod(&ours.report, &pod()), None);
+        let mut newer = pod();
+        newer.uid = "ffffffff-0000-0000-0000-000000000000".into();
+        assert_eq!(
+            other_pod(&ours.report, &newer),
+            Some(pod().uid.as_str()),
+            "the stored Report is the other pod's"
+        );
     }
 
     fn web() -> Controller {

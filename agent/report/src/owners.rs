@@ -366,6 +366,20 @@ impl Owners {
         self.lock().retain(|_, (at, _)| at.elapsed() < ttl);
     }
 
+    /// The uid of the pod named `name` now, read through the API (not the
+    /// cache: this decides whether a Report about another pod of the name
+    /// may be taken over, and a cached answer may predate a recreation).
+    pub(crate) async fn live_uid(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<String>, kube::Error> {
+        Ok(self
+            .fetch_uncached(ObjKind::Pod, namespace, name)
+            .await?
+            .map(|pod| pod.uid))
+    }
+
     async fn fetch_uncached(
         &self,
         kind: ObjKind,

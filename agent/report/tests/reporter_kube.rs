@@ -655,3 +655,92 @@ async fn enforced_would_deny_and_a_recreated_policy_are_counted_apart() {
     );
     assert_eq!(handle.dropped(), 0);
 }
+
+/// Issue 38, point 8: a late write for a pod's earlier incarnation (a
+/// StatefulSet's pod recreated under its name) never replaces the live
+/// pod's Report; its findings are dropped and counted instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_write_for_a_replaced_pod_never_takes_the_live_pods_report() {
+    let client = client().await;
+    let old = fresh_pod(&client, "db-0").await;
+    let drops = Arc::new(Mutex::new(Vec::new()));
+    let seen = drops.clone();
+    let reporter = Reporter::new(
+        client.clone(),
+        ReporterOptions {
+            on_drop: Some(Arc::new(move |reason, n| {
+                seen.lock().unwrap().push((reason, n))
+            })),
+            ..ReporterOptions::default()
+        },
+    );
+    let handle = reporter.handle();
+    handle.submit(finding(&old, "/bin/old", 1, 10, 10));
+    reporter.flush().await;
+
+    // The pod is deleted and recreated under its name (a new uid), and
+    // the new pod's findings are written: its Report now.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.delete("db-0", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        if pods.get_opt("db-0").await.unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let created: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "db-0"},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]}
+    }))
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &created).await.unwrap();
+    let new = PodIdentity {
+        uid: created.metadata.uid.unwrap(),
+        ..old.clone()
+    };
+    handle.submit(finding(&new, "/bin/new", 2, 20, 20));
+    let flushed = reporter.flush().await;
+    assert_eq!(only_outcome(&flushed), &WriteResult::Updated);
+    let report = stored(&client, &new).await;
+    assert_eq!(
+        report.spec.scope.as_ref().unwrap().uid.as_deref(),
+        Some(new.uid.as_str()),
+        "the live pod takes over its predecessor's Report"
+    );
+
+    // A late finding of the old pod.
+    handle.submit(finding(&old, "/bin/old", 5, 30, 30));
+    reporter.flush().await;
+
+    let report = stored(&client, &new).await;
+    assert_eq!(
+        report.spec.scope.as_ref().unwrap().uid.as_deref(),
+        Some(new.uid.as_str()),
+        "the Report stays the live pod's"
+    );
+    let owners: Vec<&str> = report
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|o| o.uid.as_str())
+        .collect();
+    assert_eq!(owners, [new.uid.as_str()]);
+    let targets: Vec<&str> = report
+        .spec
+        .results
+        .iter()
+        .flatten()
+        .map(|r| prop(r, property::TARGET))
+        .collect();
+    assert_eq!(targets, ["/bin/new"], "the live pod's results stay");
+    assert_eq!(prop(by_target(&report, "/bin/new"), property::COUNT), "2");
+    assert_eq!(
+        *drops.lock().unwrap(),
+        [(kyverno_runtime_report::DropReason::Unattributed, 1)],
+        "the old pod's finding has no Report to go to: dropped and counted"
+    );
+    assert_eq!(handle.buffered(), 0);
+}

@@ -199,7 +199,7 @@ impl Reporter {
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 => {
                     self.wrote(WriteResult::Conflict);
-                    tokio::time::sleep(super::backoff(name, attempt)).await;
+                    tokio::time::sleep(super::write::backoff(name, attempt)).await;
                 }
                 Err(kube::Error::Api(status)) if status.code == 404 => {
                     return Ok(WriteResult::Unchanged);
