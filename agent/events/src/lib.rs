@@ -37,25 +37,34 @@
 //! chokepoint is the report crate's; this crate adds no way around it.
 //!
 //! Writing never blocks a caller: causes wait in a bounded queue, which
-//! [`Recorder::run`] writes with bounded retries; a full queue drops and
-//! counts ([`DropHook`]), and every write's outcome is counted
-//! ([`WriteHook`]).
+//! [`Recorder::run`] writes with bounded retries. Each pod and each policy
+//! has an Event [`Budget`] (a token bucket, over a bounded number of
+//! tracked keys), so that one noisy pod or policy cannot flood the API
+//! server. Nothing is lost silently: a cause over a budget, or meeting a
+//! full queue, is dropped and counted by reason
+//! (`events_dropped_total{source="events"}`, [`DropHook`]), and every
+//! write's outcome is counted, each failure (a 403 from RBAC included) by
+//! reason (`event_writes_total`, `event_writes_failed_total`,
+//! [`WriteHook`]).
 //!
 //! [`ReporterOptions::on_flush`]: kyverno_runtime_report::ReporterOptions::on_flush
 
+mod budget;
 mod event;
 pub mod name;
+mod outcome;
 mod recorder;
 
+pub use budget::Budget;
 pub use event::{
     ACTION_APPLY, ACTION_ENFORCE, ACTION_OBSERVE, ACTION_VALIDATE_TARGETS,
     CLUSTER_SCOPED_NAMESPACE, MAX_NOTE_BYTES, REASON_ERROR, REASON_VIOLATION, REASON_WOULD_VIOLATE,
     TYPE_WARNING,
 };
 pub use name::is_valid_event_name;
+pub use outcome::{DropReason, WriteFailure, WriteResult};
 pub use recorder::{
-    DropHook, DropReason, Recorder, RecorderHandle, RecorderOptions, WriteHook, WriteResult,
-    REPORTING_CONTROLLER,
+    DropHook, Recorder, RecorderHandle, RecorderOptions, WriteHook, REPORTING_CONTROLLER,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

@@ -4,32 +4,35 @@
 //! [`RecorderHandle::condition_changed`] run on the caller's task (the
 //! reporter's flush, the status flush) and never block: they build the
 //! Event from redacted or sanitized values only and hand it to a bounded
-//! queue; what does not fit is dropped and counted. [`Recorder::run`]
-//! writes the queue, one Event at a time:
+//! queue, once its pod's and its policy's budgets (see [`crate::budget`])
+//! admit it; what a budget refuses or the queue cannot hold is dropped and
+//! counted. [`Recorder::run`] writes the queue, one Event at a time:
 //!
 //! - **create** it under its deterministic name (see [`crate::name`]);
-//! - on **AlreadyExists**, the identical cause fired before: read the
+//! - on **AlreadyExists**, its object and reason fired before: read the
 //!   stored Event and add to its series (count and lastObservedTime) with a
 //!   merge patch that carries the resourceVersion it read, so two writers
 //!   cannot lose each other's occurrences. The note is not patched: it is
-//!   immutable in `events.k8s.io/v1`, and it is part of the name, so the
-//!   stored Event carries it already;
+//!   immutable in `events.k8s.io/v1`, so the first occurrence's stays;
 //! - a lost race, a missing Event (it expired in between), a throttle or a
 //!   server error is retried a bounded number of times; anything else is
-//!   logged and counted through the `on_write` hook, never raised to the
-//!   caller.
+//!   logged and counted by reason ([`WriteFailure`]) in the metrics and the
+//!   `on_write` hook, never raised to the caller.
 
+use crate::budget::{Budget, Budgets, Refused};
 use crate::event::{self, Emission, Reporting};
+use crate::outcome::{DropReason, WriteFailure, WriteResult};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kyverno_runtime_metrics::Metrics;
 use kyverno_runtime_report::{Finding, FlushHook};
 use kyverno_runtime_status::PolicyRef;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// The `reportingController` of every Event this crate writes.
@@ -37,52 +40,6 @@ pub const REPORTING_CONTROLLER: &str = "kyverno-runtime";
 
 /// The longest `reportingInstance` the API server accepts.
 const MAX_INSTANCE_LEN: usize = 128;
-
-/// Why a cause was dropped without an Event
-/// (`events_dropped_total{source="events",reason}`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DropReason {
-    /// The queue held `queue_capacity` Events already.
-    QueueFull,
-    /// The finding names no pod an Event could be about.
-    Unattributed,
-    /// Handed over after the recorder stopped, or still queued when its
-    /// final drain ran out of time.
-    Shutdown,
-}
-
-impl DropReason {
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DropReason::QueueFull => "queue_full",
-            DropReason::Unattributed => "unattributed",
-            DropReason::Shutdown => "shutdown",
-        }
-    }
-}
-
-/// How one Event write ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WriteResult {
-    /// A new Event was created.
-    Created,
-    /// The cause fired before: its Event's series was patched.
-    Patched,
-    /// The write failed (after its retries); logged.
-    Error,
-}
-
-impl WriteResult {
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WriteResult::Created => "created",
-            WriteResult::Patched => "patched",
-            WriteResult::Error => "error",
-        }
-    }
-}
 
 /// Called with each drop's reason and how many causes it dropped. Runs on
 /// the caller's or the recorder's task: quick, never blocking.
@@ -109,6 +66,20 @@ pub struct RecorderOptions {
     pub write_timeout: Duration,
     /// How long the final drain on shutdown may take (5 s).
     pub shutdown_deadline: Duration,
+    /// Events one pod may have written ([`Budget::POD`]); beyond it causes
+    /// are dropped and counted ([`DropReason::PodBudget`]).
+    pub pod_budget: Budget,
+    /// Events one policy may have written, over all its pods and its
+    /// policy errors ([`Budget::POLICY`]); beyond it causes are dropped
+    /// and counted ([`DropReason::PolicyBudget`]).
+    pub policy_budget: Budget,
+    /// Pods, and policies, whose budgets are tracked at once (4096 each):
+    /// bounds the budgets' memory.
+    pub budget_keys: usize,
+    /// Where every drop (`events_dropped_total{source="events"}`) and
+    /// every write (`event_writes_total`, `event_writes_failed_total`) is
+    /// counted.
+    pub metrics: Option<Arc<Metrics>>,
     /// Told about every drop.
     pub on_drop: Option<DropHook>,
     /// Told about every write's outcome.
@@ -125,6 +96,10 @@ impl RecorderOptions {
             max_attempts: 3,
             write_timeout: Duration::from_secs(10),
             shutdown_deadline: Duration::from_secs(5),
+            pod_budget: Budget::POD,
+            policy_budget: Budget::POLICY,
+            budget_keys: 4096,
+            metrics: None,
             on_drop: None,
             on_write: None,
         }
@@ -140,6 +115,10 @@ impl fmt::Debug for RecorderOptions {
             .field("max_attempts", &self.max_attempts)
             .field("write_timeout", &self.write_timeout)
             .field("shutdown_deadline", &self.shutdown_deadline)
+            .field("pod_budget", &self.pod_budget)
+            .field("policy_budget", &self.policy_budget)
+            .field("budget_keys", &self.budget_keys)
+            .field("metrics", &self.metrics.is_some())
             .field("on_drop", &self.on_drop.is_some())
             .field("on_write", &self.on_write.is_some())
             .finish()
@@ -149,7 +128,9 @@ impl fmt::Debug for RecorderOptions {
 /// What the handles share.
 struct Shared {
     reporting: Reporting,
+    budgets: Mutex<Budgets>,
     dropped: AtomicU64,
+    metrics: Option<Arc<Metrics>>,
     on_drop: Option<DropHook>,
 }
 
@@ -159,8 +140,39 @@ impl Shared {
             return;
         }
         self.dropped.fetch_add(n, Ordering::Relaxed);
+        if let Some(metrics) = &self.metrics {
+            metrics.events_dropped("events", reason.metric(), n);
+        }
         if let Some(hook) = &self.on_drop {
             hook(reason, n);
+        }
+    }
+
+    /// Whether the budgets of `policy` (a uid, or a name when the uid is
+    /// unknown) and `pod` (a uid) admit one more Event; a refusal is
+    /// counted.
+    fn admit(&self, policy_uid: Option<&str>, policy: &str, pod: Option<&str>) -> bool {
+        // Uids and names apart, so a name can never spend a uid's budget.
+        let policy = match policy_uid.filter(|u| !u.is_empty()) {
+            Some(uid) => format!("uid:{uid}"),
+            None => format!("name:{policy}"),
+        };
+        // A panic elsewhere while holding the lock leaves sound buckets.
+        let refused = self
+            .budgets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .admit(&policy, pod, Instant::now());
+        match refused {
+            Ok(()) => true,
+            Err(Refused::Pod) => {
+                self.drop_causes(DropReason::PodBudget, 1);
+                false
+            }
+            Err(Refused::Policy) => {
+                self.drop_causes(DropReason::PolicyBudget, 1);
+                false
+            }
         }
     }
 }
@@ -193,8 +205,15 @@ impl RecorderHandle {
             self.shared.drop_causes(DropReason::Unattributed, 1);
             return;
         }
-        let emission = event::for_finding(&redacted, count, &self.shared.reporting);
-        self.enqueue(emission);
+        let admitted = self.shared.admit(
+            Some(&redacted.policy_uid),
+            &redacted.policy,
+            Some(&redacted.pod.uid),
+        );
+        if admitted {
+            let emission = event::for_finding(&redacted, count, &self.shared.reporting);
+            self.enqueue(emission);
+        }
     }
 
     /// The status flush's condition callback
@@ -210,7 +229,9 @@ impl RecorderHandle {
     /// [`FlushLoop::on_condition_changed`]: kyverno_runtime_status::FlushLoop::on_condition_changed
     pub fn condition_changed(&self, policy: &PolicyRef, condition: &Condition) {
         if let Some(emission) = event::for_condition(policy, condition, &self.shared.reporting) {
-            self.enqueue(emission);
+            if self.shared.admit(policy.uid.as_deref(), &policy.name, None) {
+                self.enqueue(emission);
+            }
         }
     }
 
@@ -273,6 +294,7 @@ struct Writer {
     client: kube::Client,
     max_attempts: u32,
     write_timeout: Duration,
+    metrics: Option<Arc<Metrics>>,
     on_write: Option<WriteHook>,
 }
 
@@ -288,6 +310,10 @@ impl Recorder {
             max_attempts,
             write_timeout,
             shutdown_deadline,
+            pod_budget,
+            policy_budget,
+            budget_keys,
+            metrics,
             on_drop,
             on_write,
         } = options;
@@ -306,6 +332,7 @@ impl Recorder {
                 client,
                 max_attempts: max_attempts.max(1),
                 write_timeout,
+                metrics: metrics.clone(),
                 on_write,
             },
             queue: rx,
@@ -316,7 +343,9 @@ impl Recorder {
                         controller: reporting_controller,
                         instance,
                     },
+                    budgets: Mutex::new(Budgets::new(pod_budget, policy_budget, budget_keys)),
                     dropped: AtomicU64::new(0),
+                    metrics,
                     on_drop,
                 }),
             },
@@ -417,6 +446,9 @@ async fn finish(
 
 impl Writer {
     fn wrote(&self, result: WriteResult) {
+        if let Some(metrics) = &self.metrics {
+            result.count(metrics);
+        }
         if let Some(hook) = &self.on_write {
             hook(result);
         }
@@ -430,12 +462,13 @@ impl Writer {
         let result = match outcome {
             Ok(Ok(result)) => result,
             Ok(Err(error)) => {
-                tracing::warn!(namespace = emission.namespace(), event = emission.name(), error = %error, "Event write failed");
-                WriteResult::Error
+                let failure = WriteFailure::of(&error);
+                tracing::warn!(namespace = emission.namespace(), event = emission.name(), reason = failure.as_str(), error = %error, "Event write failed");
+                WriteResult::Failed(failure)
             }
             Err(_) => {
                 tracing::warn!(namespace = emission.namespace(), event = emission.name(), timeout = ?self.write_timeout, "Event write timed out");
-                WriteResult::Error
+                WriteResult::Failed(WriteFailure::Timeout)
             }
         };
         self.wrote(result);
@@ -630,6 +663,7 @@ mod tests {
         let seen = Arc::clone(&drops);
         let options = RecorderOptions {
             queue_capacity: capacity,
+            metrics: Some(Arc::new(Metrics::new())),
             on_drop: Some(Arc::new(move |r, n| seen.lock().unwrap().push((r, n)))),
             ..RecorderOptions::new("node-a")
         };
@@ -689,6 +723,76 @@ mod tests {
         assert_eq!(*drops.lock().unwrap(), [(DropReason::Shutdown, 1)]);
     }
 
+    /// Issue 38 (11): one pod cannot take the whole queue (and the API
+    /// server's attention): its causes beyond its budget are dropped, and
+    /// every one is counted, by reason, in the metrics.
+    #[tokio::test]
+    async fn one_pods_causes_are_budgeted_and_counted() {
+        let (recorder, drops) = recorder(10_000);
+        let handle = recorder.handle();
+        for i in 0..1000 {
+            let mut f = finding("shop");
+            f.target = format!("/usr/bin/tool-{i}");
+            handle.finding_flushed(&f, 1);
+        }
+        // Another pod of the same policy still gets its Events.
+        let mut other = finding("shop");
+        other.pod.uid = "cccc-dddd".into();
+        handle.finding_flushed(&other, 1);
+        let burst = Budget::POD.burst as usize;
+        assert_eq!(handle.queued(), burst + 1);
+        assert_eq!(handle.queued() as u64 + handle.dropped(), 1001);
+        let dropped = 1000 - burst as u64;
+        assert_eq!(
+            *drops.lock().unwrap(),
+            vec![(DropReason::PodBudget, 1); dropped as usize]
+        );
+        let text = recorder.handle.shared.metrics.as_ref().unwrap().encode();
+        let line = format!(
+            "nirmata_runtime_events_dropped_total{{source=\"events\",reason=\"pod_budget\"}} {dropped}"
+        );
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
+
+    /// Issue 38 (11): one policy cannot take the whole queue either, even
+    /// spread over many pods, and its policy errors share its budget.
+    #[tokio::test]
+    async fn one_policys_causes_are_budgeted_and_counted() {
+        let (recorder, drops) = recorder(10_000);
+        let handle = recorder.handle();
+        for i in 0..1000 {
+            let mut f = finding("shop");
+            f.pod.name = format!("web-{i}");
+            f.pod.uid = format!("uid-{i}");
+            handle.finding_flushed(&f, 1);
+        }
+        let policy = PolicyRef {
+            name: "p".into(),
+            uid: Some("u".into()),
+        };
+        let failed = Condition {
+            type_: "Applied".into(),
+            status: "False".into(),
+            reason: "CompileFailed".into(),
+            message: "bad".into(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                Timestamp::now(),
+            ),
+            observed_generation: None,
+        };
+        handle.condition_changed(&policy, &failed);
+        // Another policy is not affected.
+        let mut other = finding("shop");
+        other.policy_uid = "v".into();
+        handle.finding_flushed(&other, 1);
+        let burst = Budget::POLICY.burst as usize;
+        assert_eq!(handle.queued(), burst + 1);
+        assert_eq!(handle.queued() as u64 + handle.dropped(), 1002);
+        let drops = drops.lock().unwrap();
+        assert_eq!(drops.len(), 1001 - burst);
+        assert!(drops.iter().all(|d| *d == (DropReason::PolicyBudget, 1)));
+    }
+
     #[tokio::test]
     async fn reporting_instance_is_bounded() {
         let options = RecorderOptions::new("n".repeat(300));
@@ -698,5 +802,9 @@ mod tests {
         assert_eq!(reporting.instance, "n".repeat(MAX_INSTANCE_LEN));
         assert_eq!(DropReason::QueueFull.as_str(), "queue_full");
         assert_eq!(WriteResult::Patched.as_str(), "patched");
+        assert_eq!(
+            WriteResult::Failed(WriteFailure::Forbidden).as_str(),
+            "forbidden"
+        );
     }
 }

@@ -25,10 +25,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kyverno_runtime_events::{
-    condition_event_name, finding_event_name, is_valid_event_name, Recorder, RecorderHandle,
-    RecorderOptions, WriteResult, REASON_ERROR, REASON_VIOLATION, REASON_WOULD_VIOLATE,
-    REPORTING_CONTROLLER,
+    condition_event_name, finding_event_name, is_valid_event_name, Budget, DropReason, Recorder,
+    RecorderHandle, RecorderOptions, WriteFailure, WriteResult, REASON_ERROR, REASON_VIOLATION,
+    REASON_WOULD_VIOLATE, REPORTING_CONTROLLER,
 };
+use kyverno_runtime_metrics::Metrics;
 use kyverno_runtime_report::{Behavior, Decision, Finding, PodIdentity};
 use kyverno_runtime_status::PolicyRef;
 use kyverno_runtime_testkube::LocalCluster;
@@ -39,13 +40,16 @@ use tokio::sync::oneshot;
 const NS: &str = "kyverno-runtime-events-test";
 const NODE: &str = "events-test-node";
 
-async fn client() -> kube::Client {
+async fn config() -> kube::Config {
     let cluster = LocalCluster::get().expect("local control plane (ci/kube-up)");
     let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
+        .unwrap()
+}
+
+async fn client() -> kube::Client {
+    kube::Client::try_from(config().await).unwrap()
 }
 
 fn ignore_not_found<T>(r: Result<T, kube::Error>) {
@@ -143,13 +147,19 @@ struct Running {
 
 impl Running {
     async fn start() -> Running {
+        Self::start_with(client().await, RecorderOptions::new(NODE)).await
+    }
+
+    /// A recorder writing through `client` with `options` (its `on_write`
+    /// replaced by the one collecting [`Running::next_writes`]).
+    async fn start_with(client: kube::Client, options: RecorderOptions) -> Running {
         let writes: Arc<Mutex<Vec<WriteResult>>> = Arc::default();
         let seen = Arc::clone(&writes);
         let options = RecorderOptions {
             on_write: Some(Arc::new(move |r| seen.lock().unwrap().push(r))),
-            ..RecorderOptions::new(NODE)
+            ..options
         };
-        let recorder = Recorder::new(client().await, options);
+        let recorder = Recorder::new(client, options);
         let handle = recorder.handle();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(recorder.run(async {
@@ -177,7 +187,12 @@ impl Running {
         panic!("{n} writes expected, saw {:?}", self.writes.lock().unwrap());
     }
 
-    async fn stop(mut self) {
+    async fn stop(self) {
+        self.stop_dropping(0).await;
+    }
+
+    /// Stops, expecting `dropped` causes to have been dropped.
+    async fn stop_dropping(mut self, dropped: u64) {
         self.stop.take().unwrap().send(()).unwrap();
         tokio::time::timeout(Duration::from_secs(30), self.task.take().unwrap())
             .await
@@ -187,7 +202,7 @@ impl Running {
             self.writes.lock().unwrap().is_empty(),
             "no write beyond those awaited"
         );
-        assert_eq!(self.handle.dropped(), 0);
+        assert_eq!(self.handle.dropped(), dropped);
     }
 }
 
@@ -448,7 +463,10 @@ async fn a_refused_event_is_counted_and_the_recorder_goes_on() {
         .finding_flushed(&finding(&pod, "no-shell", "/bin/sh", true), 1);
     assert_eq!(
         running.next_writes(2).await,
-        [WriteResult::Error, WriteResult::Created]
+        [
+            WriteResult::Failed(WriteFailure::NotFound),
+            WriteResult::Created
+        ]
     );
     assert_eq!(events_regarding(&client, NS, &pod.uid).await.len(), 1);
     running.stop().await;
@@ -463,7 +481,15 @@ async fn no_secret_of_the_redaction_table_reaches_an_event() {
     use kyverno_runtime_report::Process;
     let client = client().await;
     let pod = fresh_pod(&client, "redaction-table-web").await;
-    let running = Running::start().await;
+    // Every case must be stored: a pod budget above the table's size.
+    let options = RecorderOptions {
+        pod_budget: Budget {
+            burst: 1000,
+            ..Budget::POD
+        },
+        ..RecorderOptions::new(NODE)
+    };
+    let running = Running::start_with(client.clone(), options).await;
     let hook = running.handle.flush_sink();
     for (i, case) in CASES.iter().enumerate() {
         // One policy per case: one Event per (pod, policy, reason), so
@@ -581,4 +607,166 @@ async fn a_default_namespace_event_names_no_pod_of_another_namespace() {
         assert!(!text.contains(leak), "{leak} in a default Event: {text}");
     }
     running.stop().await;
+}
+
+/// The metric lines of `metrics` that start with `prefix`, sorted (a
+/// family's series come in no set order).
+fn metric_lines(metrics: &Metrics, prefix: &str) -> Vec<String> {
+    let mut lines: Vec<String> = metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Issue 38 (11): a write RBAC refuses (the daemon's role lost `create` on
+/// Events in `default`) is counted by reason, and the recorder goes on.
+/// The client impersonates a user whose only grant is a Role on Events in
+/// the test namespace.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_rbac_refused_write_is_counted_by_reason() {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    const USER: &str = "kyverno-runtime-events-writer";
+    let admin = client().await;
+    let pod = fresh_pod(&admin, "rbac-web").await;
+    let role: Role = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": USER},
+        "rules": [{"apiGroups": ["events.k8s.io"], "resources": ["events"],
+                   "verbs": ["create", "get", "patch"]}]
+    }))
+    .unwrap();
+    ignore_conflict(
+        Api::<Role>::namespaced(admin.clone(), NS)
+            .create(&PostParams::default(), &role)
+            .await,
+    );
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": USER},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": USER},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]
+    }))
+    .unwrap();
+    ignore_conflict(
+        Api::<RoleBinding>::namespaced(admin.clone(), NS)
+            .create(&PostParams::default(), &binding)
+            .await,
+    );
+    // The authorizer sees a new binding through its informer: wait for it.
+    let reviews: Api<SubjectAccessReview> = Api::all(admin.clone());
+    let allowed = |namespace: &str| {
+        serde_json::from_value::<SubjectAccessReview>(serde_json::json!({
+            "spec": {"user": USER, "resourceAttributes": {
+                "namespace": namespace, "group": "events.k8s.io",
+                "resource": "events", "verb": "create"}}
+        }))
+        .unwrap()
+    };
+    let mut granted = false;
+    for _ in 0..100 {
+        let review = reviews
+            .create(&PostParams::default(), &allowed(NS))
+            .await
+            .unwrap();
+        if review.status.is_some_and(|s| s.allowed) {
+            granted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(granted, "the RoleBinding never took effect");
+    let review = reviews
+        .create(&PostParams::default(), &allowed("default"))
+        .await
+        .unwrap();
+    assert!(
+        !review.status.unwrap().allowed,
+        "{USER} may not write default"
+    );
+
+    let mut config = config().await;
+    config.auth_info.impersonate = Some(USER.into());
+    let writer = kube::Client::try_from(config).unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let options = RecorderOptions {
+        metrics: Some(metrics.clone()),
+        ..RecorderOptions::new(NODE)
+    };
+    let running = Running::start_with(writer, options).await;
+    let policy = PolicyRef {
+        name: "events-rbac-policy".into(),
+        uid: Some(pod.uid.clone()),
+    };
+    let failed = condition("Applied", "False", "CompileFailed", "bad");
+    running.handle.condition_changed(&policy, &failed);
+    let f = finding(&pod, "no-shell", "/bin/sh", true);
+    running.handle.finding_flushed(&f, 1);
+    running.handle.finding_flushed(&f, 1);
+    assert_eq!(
+        running.next_writes(3).await,
+        [
+            WriteResult::Failed(WriteFailure::Forbidden),
+            WriteResult::Created,
+            WriteResult::Patched
+        ]
+    );
+    assert!(events_regarding(&admin, "default", &pod.uid)
+        .await
+        .is_empty());
+    assert_eq!(events_regarding(&admin, NS, &pod.uid).await.len(), 1);
+    assert_eq!(
+        metric_lines(&metrics, "nirmata_runtime_event_writes"),
+        [
+            "nirmata_runtime_event_writes_failed_total{reason=\"forbidden\"} 1",
+            "nirmata_runtime_event_writes_total{result=\"created\"} 1",
+            "nirmata_runtime_event_writes_total{result=\"patched\"} 1",
+        ]
+    );
+    running.stop().await;
+}
+
+/// Issue 38 (11): a pod over its Event budget gets no more writes; what
+/// the budget left out is counted, and the stored Event's series holds
+/// exactly what was admitted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_over_its_budget_is_counted_not_written() {
+    let client = client().await;
+    let pod = fresh_pod(&client, "budget-web").await;
+    let metrics = Arc::new(Metrics::new());
+    let drops: Arc<Mutex<Vec<(DropReason, u64)>>> = Arc::default();
+    let seen = Arc::clone(&drops);
+    let options = RecorderOptions {
+        pod_budget: Budget {
+            burst: 3,
+            refill: Duration::from_secs(3600),
+        },
+        metrics: Some(metrics.clone()),
+        on_drop: Some(Arc::new(move |r, n| seen.lock().unwrap().push((r, n)))),
+        ..RecorderOptions::new(NODE)
+    };
+    let running = Running::start_with(client.clone(), options).await;
+    for i in 0..10 {
+        let f = finding(&pod, "no-tmp-exec", &format!("/tmp/x-{i}"), true);
+        running.handle.finding_flushed(&f, 1);
+    }
+    assert_eq!(
+        running.next_writes(3).await,
+        [
+            WriteResult::Created,
+            WriteResult::Patched,
+            WriteResult::Patched
+        ]
+    );
+    let events = events_regarding(&client, NS, &pod.uid).await;
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(series_count(&events[0]), 3);
+    assert_eq!(*drops.lock().unwrap(), vec![(DropReason::PodBudget, 1); 7]);
+    assert_eq!(
+        metric_lines(&metrics, "nirmata_runtime_events_dropped_total"),
+        ["nirmata_runtime_events_dropped_total{source=\"events\",reason=\"pod_budget\"} 7"]
+    );
+    running.stop_dropping(7).await;
 }

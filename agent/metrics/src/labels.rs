@@ -147,7 +147,7 @@ pub enum EventWriteFailure {
     throttled,
     /// 5xx on every attempt.
     server_error,
-    /// No answer: a transport or TLS error.
+    /// No usable answer: a transport, TLS or decoding error.
     unreachable,
     /// The write, retries included, ran out of its time.
     timeout,

@@ -641,18 +641,12 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         }
     };
     let recorder = args.events_enabled.then(|| {
-        let m = metrics.clone();
-        let mut options = kyverno_runtime_events::RecorderOptions::new(args.node_name.clone());
-        options.on_drop = Some(Arc::new(move |reason, n| {
-            use kyverno_runtime_events::DropReason as R;
-            use kyverno_runtime_metrics::DropReason as M;
-            let reason = match reason {
-                R::QueueFull => M::queue_full,
-                R::Unattributed => M::unattributed,
-                R::Shutdown => M::shutdown,
-            };
-            m.events_dropped("events", reason, n);
-        }));
+        // The recorder counts its own drops (budgets, queue, shutdown) and
+        // every write, failures by reason.
+        let options = kyverno_runtime_events::RecorderOptions {
+            metrics: Some(metrics.clone()),
+            ..kyverno_runtime_events::RecorderOptions::new(args.node_name.clone())
+        };
         kyverno_runtime_events::Recorder::new(client.clone(), options)
     });
     let reporter = args.reports_enabled.then(|| {
