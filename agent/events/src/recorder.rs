@@ -193,7 +193,8 @@ impl RecorderHandle {
     /// `PolicyWouldViolate` (monitor mode), a Warning regarding the pod,
     /// in its namespace, related to the policy. Only the finding's
     /// [redaction](Finding::redact) reaches the Event. A count of 0 (no
-    /// new occurrence) emits nothing.
+    /// new occurrence) emits nothing; a finding over its pod's or its
+    /// policy's budget is dropped and counted.
     ///
     /// [`ReporterOptions::on_flush`]: kyverno_runtime_report::ReporterOptions::on_flush
     pub fn finding_flushed(&self, finding: &Finding, count: u64) {
@@ -224,7 +225,8 @@ impl RecorderHandle {
     /// `default`, where the Events of cluster-scoped objects live), when
     /// `Applied` or `TargetsValid` is now `False`; nothing for any other
     /// change. The condition's reason and message pass through
-    /// [`sanitize`](kyverno_runtime_report::sanitize).
+    /// [`sanitize`](kyverno_runtime_report::sanitize). A policy error over
+    /// its policy's budget is dropped and counted.
     ///
     /// [`FlushLoop::on_condition_changed`]: kyverno_runtime_status::FlushLoop::on_condition_changed
     pub fn condition_changed(&self, policy: &PolicyRef, condition: &Condition) {
