@@ -574,3 +574,79 @@ spec:
         .kubectl_ok(&["delete", "rpol", "leaky", "leaky-error"])
         .unwrap();
 }
+
+/// The status writes the API server has served for RuntimePolicies
+/// (`PUT`/`PATCH .../status`), from its own `apiserver_request_total`.
+fn status_writes(cluster: &kyverno_runtime_testkube::LocalCluster) -> u64 {
+    let metrics = cluster.kubectl_ok(&["get", "--raw", "/metrics"]).unwrap();
+    ["verb=\"PUT\"", "verb=\"PATCH\""]
+        .iter()
+        .map(|verb| {
+            series_sum(
+                &metrics,
+                &[
+                    "apiserver_request_total{",
+                    "resource=\"runtimepolicies\"",
+                    "subresource=\"status\"",
+                    verb,
+                ],
+            )
+        })
+        .sum()
+}
+
+/// Issue 38, point 2: a daemon whose policies and pods do not change
+/// writes no status, flush after flush, by the API server's request
+/// counts (it rewrote every policy every interval: its evaluation time
+/// kept nanoseconds the stored copy does not). Its shard names the
+/// generation it applied, and the conditions the generation they were
+/// decided for.
+#[test]
+fn an_idle_daemon_writes_no_status() {
+    let cluster = cluster();
+    let node = "idle-status-node";
+    let _ = cluster.kubectl_output(&["delete", "rpol", "idle-status", "--ignore-not-found"]);
+    apply(cluster, &policy("idle-status", "idle"));
+    let dir = tempdir();
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            "",
+            "--status-interval",
+            "1s",
+            "--pin-dir",
+            dir.path().join("pins").to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", node),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_log("pods on this node listed", Duration::from_secs(30));
+    let rp = wait_for("the daemon's shard", Duration::from_secs(20), || {
+        let rp = get_json(cluster, &["rpol", "idle-status"])?;
+        shard(&rp, node)?;
+        Some(rp)
+    });
+    let own = shard(&rp, node).unwrap();
+    assert_eq!(own["observedGeneration"], 1, "{own}");
+    // A few flushes to settle what the first one left.
+    std::thread::sleep(Duration::from_secs(3));
+    let rp = get_json(cluster, &["rpol", "idle-status"]).unwrap();
+    for c in rp["status"]["conditions"].as_array().unwrap() {
+        assert_eq!(c["observedGeneration"], 1, "{c}");
+    }
+    let before = status_writes(cluster);
+    std::thread::sleep(Duration::from_secs(6));
+    let after = status_writes(cluster);
+    println!(
+        "an idle daemon flushing every 1 s for 6 s: {} status write(s) served by the API server",
+        after - before
+    );
+    assert_eq!(after - before, 0, "an idle daemon wrote status");
+    let (status, _, _) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success());
+    cluster
+        .kubectl_ok(&["delete", "rpol", "idle-status"])
+        .unwrap();
+}

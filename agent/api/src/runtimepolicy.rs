@@ -416,6 +416,14 @@ pub struct RuntimePolicyStatus {
 pub struct NodePolicyStatus {
     /// The node this shard belongs to.
     pub node_name: String,
+    /// The `metadata.generation` of the spec this node applied. The
+    /// cluster conditions count only shards at the object's current
+    /// generation: a node still at an older one is pending, so `Applied`
+    /// never describes a spec no node has applied. (A shard needs no uid:
+    /// a node writes only to the object whose uid it evaluated, and a
+    /// deleted policy's status goes with it.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// Whether this node could attach the enforcement behind the policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforcement_available: Option<bool>,

@@ -719,6 +719,7 @@ impl Engine {
         let p = self.policies.get(name)?;
         let mut shard = NodePolicyStatus {
             node_name: self.node.clone(),
+            observed_generation: p.generation,
             backends: self.backends.clone(),
             last_evaluated_time: p.evaluated_at.clone(),
             ..Default::default()
@@ -732,6 +733,7 @@ impl Engine {
                 .map(|f| in_force_message("the spec did not compile", &f.stale(p.generation)));
             return Some(NodeReport {
                 shard,
+                uid: Some(p.uid.clone()),
                 spec_conditions: Vec::new(),
                 active_behaviors: active,
                 compile_error: Some(message.clone()),
@@ -870,6 +872,7 @@ impl Engine {
         }
         Some(NodeReport {
             shard,
+            uid: Some(p.uid.clone()),
             spec_conditions: self.spec_conditions(p),
             active_behaviors: active,
             compile_error: None,
@@ -981,8 +984,10 @@ impl Engine {
                 status: status.to_string(),
                 reason: reason.to_string(),
                 message,
+                // The writer keeps the stored transition time unless the
+                // status changed, and sets the generation it was decided for.
                 last_transition_time: p.evaluated_at.clone().unwrap_or_else(now),
-                observed_generation: None,
+                observed_generation: p.generation,
             });
         }
         out

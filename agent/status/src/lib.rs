@@ -15,7 +15,12 @@
 //!   and the others must not read as a selector matching nothing;
 //! - `Applied` is derived last, gate by gate in a fixed order, so an
 //!   attachment failure (the actionable case) is never masked by a selector
-//!   that also matches nothing.
+//!   that also matches nothing;
+//! - only shards at the object's current `metadata.generation` count, and
+//!   only those of nodes the daemon is still placed on: a node still at an
+//!   older spec is pending, so `Applied` never describes a spec no node has
+//!   applied, and every condition carries the `observedGeneration` it was
+//!   decided for (what `kubectl wait --for=condition=Applied` checks).
 //!
 //! Around those rules sit the parts that talk to the API server:
 //! [`StatusWriter`] (one node's write, retried on conflict),
@@ -122,6 +127,19 @@ pub struct PolicyView<'a> {
     /// Nodes expected to report (the daemon's placement); `None` while
     /// placement is not yet known.
     pub expected_nodes: Option<&'a BTreeSet<String>>,
+    /// The policy's current `metadata.generation`: only shards whose
+    /// `observedGeneration` equals it are counted.
+    pub generation: Option<i64>,
+}
+
+impl PolicyView<'_> {
+    /// The shards that decide the aggregate: at the current generation, of
+    /// nodes the daemon has not departed.
+    fn counted(&self) -> impl Iterator<Item = &NodePolicyStatus> {
+        self.shards
+            .iter()
+            .filter(|s| s.observed_generation == self.generation && !departed(self, s))
+    }
 }
 
 /// All-true aggregation of one availability signal across shards.
@@ -131,8 +149,7 @@ fn availability(
     signal: impl Fn(&NodePolicyStatus) -> Option<bool>,
 ) -> Option<Derived> {
     let reported: Vec<(&str, bool, Option<&str>)> = view
-        .shards
-        .iter()
+        .counted()
         .filter_map(|s| signal(s).map(|v| (s.node_name.as_str(), v, s.message.as_deref())))
         .collect();
     // A type no shard reports is removed rather than left stale.
@@ -181,29 +198,63 @@ fn missing_nodes(
     let Some(expected) = view.expected_nodes else {
         return Some("the daemon's placement is not known yet".into());
     };
-    let missing: Vec<&str> = expected
-        .iter()
-        .filter(|n| {
-            !view
-                .shards
-                .iter()
-                .any(|s| &s.node_name == *n && reported(s))
-        })
-        .map(String::as_str)
-        .collect();
-    (!missing.is_empty()).then(|| format!("not reported yet by {}", missing.join(", ")))
+    let mut absent = Vec::new();
+    let mut behind = Vec::new();
+    let mut unrecorded = false;
+    for node in expected {
+        if view.counted().any(|s| &s.node_name == node && reported(s)) {
+            continue;
+        }
+        match view.shards.iter().find(|s| &s.node_name == node) {
+            Some(s) if s.observed_generation != view.generation => {
+                behind.push(match s.observed_generation {
+                    Some(g) => format!("{node} (at {g})"),
+                    None => {
+                        unrecorded = true;
+                        format!("{node} (no generation recorded)")
+                    }
+                });
+            }
+            _ => absent.push(node.as_str()),
+        }
+    }
+    let mut parts = Vec::new();
+    if !absent.is_empty() {
+        parts.push(format!("not reported yet by {}", absent.join(", ")));
+    }
+    if !behind.is_empty() {
+        let generation = view.generation.map_or_else(
+            || "the current generation".to_string(),
+            |g| format!("generation {g}"),
+        );
+        parts.push(format!(
+            "{generation} not applied yet by {}",
+            behind.join(", ")
+        ));
+    }
+    if unrecorded {
+        // The API server prunes a field its CRD does not declare, so a
+        // CRD not re-applied after an upgrade drops every shard's
+        // generation: say how to fix it where the operator looks.
+        parts.push(
+            "a shard with no generation comes from an older daemon, or from a \
+             RuntimePolicy CRD not re-applied after an upgrade (kubectl apply \
+             --server-side -f the chart's crds/)"
+                .into(),
+        );
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// Any-true aggregation of PodsMatched.
 fn pods_matched(view: &PolicyView<'_>) -> Option<Derived> {
-    let reported: Vec<bool> = view.shards.iter().filter_map(|s| s.pods_matched).collect();
+    let reported: Vec<bool> = view.counted().filter_map(|s| s.pods_matched).collect();
     if reported.is_empty() {
         return None;
     }
     if reported.iter().any(|m| *m) {
         let nodes: Vec<&str> = view
-            .shards
-            .iter()
+            .counted()
             .filter(|s| s.pods_matched == Some(true))
             .map(|s| s.node_name.as_str())
             .collect();
@@ -233,7 +284,8 @@ fn pods_matched(view: &PolicyView<'_>) -> Option<Derived> {
 /// Whether placement is known and no longer puts the daemon on the
 /// shard's node (a taint, a changed nodeSelector): the node still exists,
 /// so its shard stays (only a Node deletion prunes it), but its last word
-/// on event sources is no longer news about the cluster.
+/// (on availability, matches or event sources) is no longer news about the
+/// cluster.
 fn departed(view: &PolicyView<'_>, shard: &NodePolicyStatus) -> bool {
     view.expected_nodes
         .is_some_and(|expected| !expected.contains(&shard.node_name))
@@ -242,9 +294,8 @@ fn departed(view: &PolicyView<'_>, shard: &NodePolicyStatus) -> bool {
 /// EventSourcesAvailable for a monitor policy: False if any required source
 /// failed on any node the daemon is placed on, Unknown while a required
 /// source or node has not reported, True when every expected node reports
-/// every required source available. A node whose daemon is known to have
-/// departed (see [`departed`]) is left out. `None` when the policy needs
-/// no source.
+/// every required source available. Only [`PolicyView::counted`] shards
+/// take part. `None` when the policy needs no source.
 fn event_sources(view: &PolicyView<'_>) -> Option<Derived> {
     if view.mode != Some(RuntimePolicyMode::Monitor) {
         return None;
@@ -259,7 +310,7 @@ fn event_sources(view: &PolicyView<'_>) -> Option<Derived> {
     }
     let mut failed = Vec::new();
     let mut pending = Vec::new();
-    for shard in view.shards.iter().filter(|s| !departed(view, s)) {
+    for shard in view.counted() {
         for source in &required {
             match shard.event_sources.iter().find(|e| e.name == *source) {
                 Some(e) if e.state == EventSourceState::Failed => failed.push(format!(
@@ -316,6 +367,10 @@ pub fn derive(view: &PolicyView<'_>) -> Vec<Derived> {
     });
     let sources = event_sources(view);
     let pods = pods_matched(view);
+    let at = view
+        .generation
+        .map(|g| format!(" at generation {g}"))
+        .unwrap_or_default();
     out.extend(enforcement.clone());
     out.extend(observation.clone());
     out.extend(sources.clone());
@@ -326,6 +381,7 @@ pub fn derive(view: &PolicyView<'_>) -> Vec<Derived> {
         observation.as_ref(),
         sources.as_ref(),
         pods.as_ref(),
+        &at,
     ));
     out
 }
@@ -339,6 +395,7 @@ fn applied(
     observation: Option<&Derived>,
     sources: Option<&Derived>,
     pods: Option<&Derived>,
+    at: &str,
 ) -> Derived {
     let (attachment, attachment_type) = match mode {
         Some(RuntimePolicyMode::Enforce) => (enforcement, types::ENFORCEMENT_AVAILABLE),
@@ -367,7 +424,7 @@ fn applied(
                     type_: types::APPLIED,
                     status: Status::Unknown,
                     reason: gate_type.into(),
-                    message: format!("{gate_type} has not been reported by any node"),
+                    message: format!("{gate_type} has not been reported by any node{at}"),
                 }
             }
         };
@@ -399,32 +456,55 @@ pub fn compile_failed(message: &str) -> Derived {
     }
 }
 
-/// Builds `status.conditions`: the spec-level conditions verbatim, then the
-/// derived ones. A derived condition keeps its `lastTransitionTime` when its
-/// status did not change; a type nobody reports any more is dropped rather
-/// than left at what an older writer put there.
+/// Builds `status.conditions`: the spec-level ones (as given, with their
+/// own `observedGeneration`), then the derived ones (decided for
+/// `generation`). Every condition keeps the stored `lastTransitionTime`
+/// when its status did not change, whatever time its author put in, so
+/// nodes writing the same answer write the same object; a type nobody
+/// reports any more is dropped rather than left at what an older writer
+/// put there. `now` is taken at the stored precision (whole seconds, see
+/// [`stored_precision`]).
 pub fn merge_conditions(
     existing: &[Condition],
     spec_level: &[Condition],
     derived: &[Derived],
     now: &Time,
+    generation: Option<i64>,
 ) -> Vec<Condition> {
-    let mut out: Vec<Condition> = spec_level.to_vec();
-    for d in derived {
-        let transition = existing
+    let now = stored_precision(now);
+    let transition = |type_: &str, status: &str| {
+        existing
             .iter()
-            .find(|c| c.type_ == d.type_ && c.status == d.status.as_str())
-            .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+            .find(|c| c.type_ == type_ && c.status == status)
+            .map_or_else(|| now.clone(), |c| c.last_transition_time.clone())
+    };
+    let mut out: Vec<Condition> = spec_level
+        .iter()
+        .map(|c| Condition {
+            last_transition_time: transition(&c.type_, &c.status),
+            ..c.clone()
+        })
+        .collect();
+    for d in derived {
         out.push(Condition {
             type_: d.type_.to_string(),
             status: d.status.as_str().to_string(),
             reason: d.reason.clone(),
             message: d.message.clone(),
-            last_transition_time: transition,
-            observed_generation: None,
+            last_transition_time: transition(d.type_, d.status.as_str()),
+            observed_generation: generation,
         });
     }
     out
+}
+
+/// `time` as the API server stores it: `metav1.Time` is serialized in
+/// whole seconds, so a time kept in nanoseconds never equals its stored
+/// copy, and a flush that compared them would rewrite an unchanged status
+/// every interval (issue 38).
+pub fn stored_precision(time: &Time) -> Time {
+    let seconds = time.0.as_second();
+    Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap_or(time.0))
 }
 
 /// The conditions whose status, reason or message a write changed, for the

@@ -34,6 +34,7 @@ fn enforce_view<'a>(
         active_behaviors: &["exec"],
         shards,
         expected_nodes: expected,
+        generation: None,
     }
 }
 
@@ -167,6 +168,7 @@ fn monitor_policies_depend_on_the_sources_of_their_active_behaviors() {
         active_behaviors: &["exec"],
         shards: &shards,
         expected_nodes: Some(&expected),
+        generation: None,
     };
     let d = derive(&view);
     let es = find(&d, types::EVENT_SOURCES_AVAILABLE).unwrap();
@@ -200,6 +202,7 @@ fn monitor_policies_depend_on_the_sources_of_their_active_behaviors() {
         active_behaviors: &["dns"],
         shards: &shards,
         expected_nodes: Some(&expected),
+        generation: None,
     };
     assert_eq!(
         find(&derive(&view), types::EVENT_SOURCES_AVAILABLE)
@@ -226,6 +229,7 @@ fn a_node_the_daemon_departed_no_longer_decides_event_sources() {
         active_behaviors: &["network"],
         shards: &shards,
         expected_nodes: expected,
+        generation: None,
     };
     // While b's daemon is placed there, its failed source decides.
     let both = nodes(&["a", "b"]);
@@ -261,6 +265,7 @@ fn a_spec_without_mode_is_not_applied() {
         active_behaviors: &[],
         shards: &[],
         expected_nodes: None,
+        generation: None,
     };
     let applied = derive(&view).pop().unwrap();
     assert_eq!(
@@ -312,13 +317,23 @@ fn merging_keeps_transition_times_and_drops_stale_types() {
         std::slice::from_ref(&spec_level),
         std::slice::from_ref(&same),
         &now,
+        Some(7),
     );
     assert_eq!(merged.len(), 2, "the stale ObservationAvailable is gone");
-    assert_eq!(merged[0], spec_level, "spec-level conditions are verbatim");
+    assert_eq!(
+        (merged[0].type_.as_str(), merged[0].observed_generation),
+        (types::TARGETS_VALID, None),
+        "spec-level conditions keep their own observedGeneration"
+    );
+    assert_eq!(
+        merged[0].last_transition_time, now,
+        "a new spec-level type starts at the writer's time, not its author's"
+    );
     assert_eq!(
         merged[1].last_transition_time, old.last_transition_time,
         "same status keeps its transition time"
     );
+    assert_eq!(merged[1].observed_generation, Some(7));
     assert_eq!(
         changed(std::slice::from_ref(&old), &merged).len(),
         2,
@@ -329,6 +344,156 @@ fn merging_keeps_transition_times_and_drops_stale_types() {
         status: Status::False,
         ..same
     };
-    let merged = merge_conditions(&[old], &[], &[flipped], &now);
+    let merged = merge_conditions(&[old], &[], &[flipped], &now, None);
     assert_eq!(merged[0].last_transition_time, now);
+}
+
+/// Issue 38, point 2: each node put its own evaluation time in the
+/// spec-level conditions' `lastTransitionTime`, so nodes writing the same
+/// answer overwrote one another every flush.
+#[test]
+fn a_spec_level_condition_keeps_the_stored_transition_time_whoever_writes_it() {
+    let stored = Condition {
+        type_: types::TARGETS_VALID.into(),
+        status: "True".into(),
+        reason: "Valid".into(),
+        message: "every target value is programmed".into(),
+        last_transition_time: time("2026-01-01T00:00:00Z"),
+        observed_generation: Some(3),
+    };
+    let from_another_node = Condition {
+        last_transition_time: time("2026-03-04T05:06:07.123456789Z"),
+        ..stored.clone()
+    };
+    let now = time("2026-06-01T00:00:00.5Z");
+    let merged = merge_conditions(
+        std::slice::from_ref(&stored),
+        &[from_another_node],
+        &[],
+        &now,
+        Some(3),
+    );
+    assert_eq!(merged, std::slice::from_ref(&stored), "nothing to write");
+    let turned_false = Condition {
+        status: "False".into(),
+        ..stored.clone()
+    };
+    let merged = merge_conditions(&[stored], &[turned_false], &[], &now, Some(3));
+    assert_eq!(
+        merged[0].last_transition_time,
+        time("2026-06-01T00:00:00Z"),
+        "a transition takes the writer's time at the stored precision"
+    );
+}
+
+#[test]
+fn times_compare_at_the_precision_the_api_server_stores() {
+    let t = time("2026-03-04T05:06:07.999999999Z");
+    assert_eq!(stored_precision(&t), time("2026-03-04T05:06:07Z"));
+    let json = serde_json::to_string(&t).unwrap();
+    let back: Time = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, stored_precision(&t), "what a write then a read gives");
+}
+
+fn at(mut s: NodePolicyStatus, generation: i64) -> NodePolicyStatus {
+    s.observed_generation = Some(generation);
+    s
+}
+
+/// Issue 38, point 1: the aggregate combined the new spec with shards
+/// built for the old one, so `Applied=True` described a spec no node had
+/// applied.
+#[test]
+fn only_shards_at_the_current_generation_decide() {
+    let expected = nodes(&["a", "b"]);
+    let shards = [
+        at(shard("a", Some(true), None, Some(true)), 5),
+        at(shard("b", Some(true), None, Some(true)), 4),
+    ];
+    let view = PolicyView {
+        generation: Some(5),
+        ..enforce_view(&shards, Some(&expected))
+    };
+    let d = derive(&view);
+    let e = find(&d, types::ENFORCEMENT_AVAILABLE).unwrap();
+    assert_eq!(
+        (e.status, e.message.as_str()),
+        (Status::Unknown, "generation 5 not applied yet by b (at 4)")
+    );
+    let applied = find(&d, types::APPLIED).unwrap();
+    assert_eq!(
+        (applied.status, applied.reason.as_str()),
+        (Status::Unknown, types::ENFORCEMENT_AVAILABLE)
+    );
+
+    // b catches up.
+    let shards = [shards[0].clone(), at(shards[1].clone(), 5)];
+    let view = PolicyView {
+        generation: Some(5),
+        ..enforce_view(&shards, Some(&expected))
+    };
+    assert_eq!(
+        find(&derive(&view), types::APPLIED).unwrap().status,
+        Status::True
+    );
+}
+
+#[test]
+fn a_mode_switch_is_not_applied_by_shards_of_the_old_mode() {
+    // Generation 6 switched enforce to monitor; both nodes still report
+    // generation 5 (enforcement available).
+    let expected = nodes(&["a", "b"]);
+    let shards = [
+        at(shard("a", Some(true), None, Some(true)), 5),
+        at(shard("b", Some(true), None, Some(true)), 5),
+    ];
+    let view = PolicyView {
+        mode: Some(RuntimePolicyMode::Monitor),
+        active_behaviors: &["open"],
+        shards: &shards,
+        expected_nodes: Some(&expected),
+        generation: Some(6),
+    };
+    let d = derive(&view);
+    assert!(
+        find(&d, types::ENFORCEMENT_AVAILABLE).is_none(),
+        "no shard of generation 6 speaks of enforcement: {d:?}"
+    );
+    let applied = find(&d, types::APPLIED).unwrap();
+    assert_eq!(
+        (applied.status, applied.message.as_str()),
+        (
+            Status::Unknown,
+            "ObservationAvailable has not been reported by any node at generation 6"
+        )
+    );
+}
+
+/// Issue 38, point 4: a node that no longer runs the daemon but still
+/// exists kept deciding the aggregate with its last report.
+#[test]
+fn a_departed_nodes_last_report_decides_nothing() {
+    let mut b = shard("b", Some(false), None, Some(true));
+    b.message = Some("open/exec: no BPF-LSM".into());
+    let shards = [shard("a", Some(true), None, Some(false)), b];
+    let only_a = nodes(&["a"]);
+    let d = derive(&enforce_view(&shards, Some(&only_a)));
+    assert_eq!(
+        find(&d, types::ENFORCEMENT_AVAILABLE).unwrap().status,
+        Status::True,
+        "{d:?}"
+    );
+    let pods = find(&d, types::PODS_MATCHED).unwrap();
+    assert_eq!(
+        (pods.status, pods.reason.as_str()),
+        (Status::False, "NoMatchingPods"),
+        "b's matches went with its daemon"
+    );
+    // While b is placed, it decides.
+    let both = nodes(&["a", "b"]);
+    let d = derive(&enforce_view(&shards, Some(&both)));
+    assert_eq!(
+        find(&d, types::ENFORCEMENT_AVAILABLE).unwrap().status,
+        Status::False
+    );
 }

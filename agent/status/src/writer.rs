@@ -7,12 +7,23 @@
 //! object's resourceVersion. A conflict means another node wrote in
 //! between: the flush starts over from a fresh read, so concurrent nodes
 //! converge and no shard is lost.
+//!
+//! A flush that would change nothing writes nothing: times are compared at
+//! the precision the API server stores, and a condition's
+//! `lastTransitionTime` moves only when its status does, so an idle
+//! cluster sends no status writes at all. A node that has not yet applied
+//! the object's current generation writes its shard (it is pending) but
+//! leaves the spec-level conditions, which describe the current spec, to
+//! the nodes that have.
 
-use crate::{changed, compile_failed, derive, merge_conditions, PolicyView};
+use crate::{
+    changed, compile_failed, derive, merge_conditions, stored_precision, types, PolicyView,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, PostParams};
 use kyverno_runtime_api::runtimepolicy::{NodePolicyStatus, RuntimePolicy, RuntimePolicyStatus};
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Errors of a flush.
@@ -65,10 +76,18 @@ impl Error {
 /// What this node knows about one policy at flush time.
 #[derive(Debug, Clone, Default)]
 pub struct NodeReport {
-    /// This node's shard (its `nodeName` must be this writer's node).
+    /// This node's shard (its `nodeName` must be this writer's node; its
+    /// `observedGeneration` the generation the report describes).
     pub shard: NodePolicyStatus,
+    /// The uid of the policy object the report describes: a report on a
+    /// deleted policy is never written to a new one of the same name.
+    /// `None` writes to whatever object has the name.
+    pub uid: Option<String>,
     /// Spec-level conditions (TargetsValid, ExecRulesValid, OpenRulesValid):
-    /// the same answer on every node, merged verbatim.
+    /// decided from the spec alone, so the same answer on every node at
+    /// the same generation; written only when the report is at the
+    /// object's current generation. Their `lastTransitionTime` and
+    /// `observedGeneration` are the writer's to set.
     pub spec_conditions: Vec<Condition>,
     /// Behavior kinds with values or a non-empty expression.
     pub active_behaviors: Vec<String>,
@@ -103,6 +122,9 @@ pub struct StatusWriter {
     api: Api<RuntimePolicy>,
     node: String,
     max_attempts: u32,
+    /// Whether [`StatusWriter::check_schema`] has already said the CRD is
+    /// out of date.
+    schema_warned: AtomicBool,
 }
 
 impl StatusWriter {
@@ -112,6 +134,7 @@ impl StatusWriter {
             api: Api::all(client),
             node: node.into(),
             max_attempts: 16,
+            schema_warned: AtomicBool::new(false),
         }
     }
 
@@ -133,6 +156,17 @@ impl StatusWriter {
         };
         for attempt in 1..=self.max_attempts {
             let mut current = self.api.get_status(policy).await.map_err(api_err)?;
+            if report.uid.is_some() && report.uid != current.metadata.uid {
+                // The policy was deleted and created again under the same
+                // name, and this node has not seen the new one yet: its
+                // report is about an object that no longer exists.
+                tracing::debug!(policy, node = %self.node, "status report is for a deleted policy of the same name; not written");
+                return Ok(Flushed {
+                    changed: Vec::new(),
+                    attempts: 0,
+                    uid: current.metadata.uid.clone(),
+                });
+            }
             let old = current.status.clone().unwrap_or_default();
             let new = self.next_status(&current, &old, report, view);
             if new == old {
@@ -153,12 +187,13 @@ impl StatusWriter {
                 .replace_status(policy, &PostParams::default(), &current)
                 .await
             {
-                Ok(_) => {
+                Ok(stored) => {
+                    self.check_schema(&stored, report);
                     return Ok(Flushed {
                         changed,
                         attempts: attempt,
                         uid,
-                    })
+                    });
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 => {
                     tracing::debug!(policy, node = %self.node, attempt, "status write conflicted; retrying from a fresh read");
@@ -171,6 +206,29 @@ impl StatusWriter {
             policy: policy.to_string(),
             attempts: self.max_attempts,
         })
+    }
+
+    /// Says, once, when the API server dropped the generation this node
+    /// wrote in its shard: the installed CRD predates this daemon (Helm
+    /// never upgrades a chart's CRDs), and every policy will read as not
+    /// applied until it is re-applied.
+    fn check_schema(&self, stored: &RuntimePolicy, report: &NodeReport) {
+        if report.shard.observed_generation.is_none() {
+            return;
+        }
+        let pruned = stored
+            .status
+            .as_ref()
+            .and_then(|s| s.nodes.iter().find(|n| n.node_name == self.node))
+            .is_some_and(|own| own.observed_generation.is_none());
+        if pruned && !self.schema_warned.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                node = %self.node,
+                "the API server dropped status.nodes[].observedGeneration: the RuntimePolicy CRD \
+                 installed predates this daemon, so no policy can read as applied; re-apply it: \
+                 kubectl apply --server-side -f charts/kyverno-runtime/crds/"
+            );
+        }
     }
 
     /// A short wait that grows with the attempt and differs between nodes,
@@ -191,6 +249,7 @@ impl StatusWriter {
         report: &NodeReport,
         view: &ClusterView,
     ) -> RuntimePolicyStatus {
+        let generation = current.metadata.generation;
         let mut shards: Vec<NodePolicyStatus> = old
             .nodes
             .iter()
@@ -206,10 +265,43 @@ impl StatusWriter {
             .collect();
         let mut own = report.shard.clone();
         own.node_name = self.node.clone();
+        own.last_evaluated_time = own.last_evaluated_time.as_ref().map(stored_precision);
+        let report_current = own.observed_generation == generation;
         shards.push(own);
         shards.sort_by(|a, b| a.node_name.cmp(&b.node_name));
 
-        let derived = match &report.compile_error {
+        // The spec-level conditions and a compile failure describe the
+        // spec: only a node at the current generation may state them.
+        // Another node keeps what is stored.
+        let (spec_level, stored_compile_failure): (Vec<Condition>, _) = if report_current {
+            let spec_level = report
+                .spec_conditions
+                .iter()
+                .map(|c| Condition {
+                    observed_generation: generation,
+                    ..c.clone()
+                })
+                .collect();
+            (spec_level, None)
+        } else {
+            let spec_level = old
+                .conditions
+                .iter()
+                .filter(|c| SPEC_LEVEL.contains(&c.type_.as_str()))
+                .cloned()
+                .collect();
+            let failure = old.conditions.iter().find(|c| {
+                c.type_ == types::APPLIED
+                    && c.reason == types::COMPILE_FAILED
+                    && c.observed_generation == generation
+            });
+            (spec_level, failure.map(|c| c.message.clone()))
+        };
+        let compile_error = match report_current {
+            true => report.compile_error.clone(),
+            false => stored_compile_failure,
+        };
+        let derived = match &compile_error {
             Some(message) => vec![compile_failed(message)],
             None => {
                 let behaviors: Vec<&str> =
@@ -219,11 +311,12 @@ impl StatusWriter {
                     active_behaviors: &behaviors,
                     shards: &shards,
                     expected_nodes: view.expected_nodes.as_ref(),
+                    generation,
                 })
             }
         };
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let conditions = merge_conditions(&old.conditions, &report.spec_conditions, &derived, &now);
+        let conditions = merge_conditions(&old.conditions, &spec_level, &derived, &now, generation);
         let last_evaluated_time = shards
             .iter()
             .filter_map(|s| s.last_evaluated_time.clone())
@@ -235,6 +328,13 @@ impl StatusWriter {
         }
     }
 }
+
+/// The condition types decided by the spec alone.
+const SPEC_LEVEL: [&str; 3] = [
+    types::TARGETS_VALID,
+    types::EXEC_RULES_VALID,
+    types::OPEN_RULES_VALID,
+];
 
 #[cfg(test)]
 mod tests {

@@ -490,10 +490,15 @@ impl Engine {
         // settle it with observe_policy once the kernel holds them).
         self.stage_policy(name);
         let mut failures = Vec::new();
-        let mut rejections = Rejections {
-            warnings: Warnings::of(&result),
-            ..Rejections::default()
-        };
+        // The spec-level conditions come from the spec alone (issue 38):
+        // the managers' own parse functions over the evaluated lists, with
+        // nothing of this node's kernel in them, so every node at the same
+        // generation writes the same answer. What a manager here refuses
+        // beyond that (a domain where the DNS answer snooper failed) is
+        // this node's to say, in its shard.
+        let mut rejections = spec_rejections(mode, &result, &disclosure);
+        rejections.warnings = Warnings::of(&result);
+        let mut refused_here = Rejections::default();
         // Logged when they change, not on every re-evaluation.
         if self.rejections.get(&uid).map(|r| &r.warnings) != Some(&rejections.warnings) {
             let w = &rejections.warnings;
@@ -514,9 +519,9 @@ impl Engine {
                 // The path names the side (`...open.deny`), which is how the
                 // two spec conditions are told apart.
                 if r.path.contains(".exec") {
-                    rejections.exec.push(disclosure.rejection(r));
+                    refused_here.exec.push(disclosure.rejection(r));
                 } else {
-                    rejections.open.push(disclosure.rejection(r));
+                    refused_here.open.push(disclosure.rejection(r));
                 }
             }
             failures.extend(outcome.failures.iter().map(ToString::to_string));
@@ -529,7 +534,7 @@ impl Engine {
                 target: target.clone(),
                 network: BehaviorLists::merge(&result, BehaviorKind::Network),
             });
-            rejections
+            refused_here
                 .network
                 .extend(outcome.rejections.iter().map(|r| disclosure.rejection(r)));
             failures.extend(outcome.failures.iter().map(ToString::to_string));
@@ -542,7 +547,7 @@ impl Engine {
                 target: target.clone(),
                 protocol: BehaviorLists::merge(&result, BehaviorKind::Protocol),
             });
-            rejections
+            refused_here
                 .network
                 .extend(outcome.rejections.iter().map(|r| disclosure.rejection(r)));
             failures.extend(outcome.failures.iter().map(ToString::to_string));
@@ -555,68 +560,76 @@ impl Engine {
                 target,
                 dns: BehaviorLists::merge(&result, BehaviorKind::Dns),
             });
-            rejections
+            refused_here
                 .network
                 .extend(outcome.rejections.iter().map(|r| disclosure.rejection(r)));
             failures.extend(outcome.failures.iter().map(ToString::to_string));
         }
-        self.parse_unserved(mode, &result, &disclosure, &mut rejections);
+        failures.extend(refused_only_here(&refused_here, &rejections));
         for f in &failures {
             tracing::error!(policy = %name, failure = %f, "programming the policy failed");
         }
         self.failures.insert(uid.clone(), failures);
         self.rejections.insert(uid, rejections);
     }
+}
 
-    /// Parses the values of the behaviors no manager of this node took
-    /// (its backend is unavailable here) with the managers' own compile
-    /// functions, so TargetsValid, OpenRulesValid and ExecRulesValid, which
-    /// every node writes verbatim, give the same answer on a node that
-    /// cannot serve a behavior as on one that can. (One part of
-    /// TargetsValid stays the node's: a domain is refused where the DNS
-    /// answer snooper is, since it cannot be served there.)
-    fn parse_unserved(
-        &self,
-        mode: kyverno_runtime_enforce::openexec::Mode,
-        result: &EvaluationResult,
-        disclosure: &Disclosure,
-        into: &mut Rejections,
-    ) {
-        use kyverno_runtime_enforce::{dns, egress, openexec, protocol};
-        let lists = |kind| BehaviorLists::merge(result, kind);
-        if self.openexec.get_ref().is_none() {
-            let (_, open) = openexec::compile_paths(mode, lists(BehaviorKind::Open).as_ref());
-            into.open
-                .extend(open.iter().map(|r| disclosure.rejection(r)));
-            let (_, exec) = openexec::compile_paths(mode, lists(BehaviorKind::Exec).as_ref());
-            into.exec
-                .extend(exec.iter().map(|r| disclosure.rejection(r)));
-        }
-        if self.egress.get_ref().is_none() {
-            let services = kyverno_runtime_enforce::names::ServiceAddresses::new();
-            let names = egress::NameContext {
-                services: &services,
-                domains: Ok(()),
-            };
-            let compiled =
-                egress::compile_network(mode, lists(BehaviorKind::Network).as_ref(), &names);
-            into.network
-                .extend(compiled.rejections.iter().map(|r| disclosure.rejection(r)));
-        }
-        if self.protocol.get_ref().is_none() {
-            let (_, refused) =
-                protocol::compile_protocol(mode, lists(BehaviorKind::Protocol).as_ref());
-            into.network
-                .extend(refused.iter().map(|r| disclosure.rejection(r)));
-        }
-        if self.dns.get_ref().is_none() {
-            if let Some(l) = lists(BehaviorKind::Dns) {
-                let (_, refused) = dns::NameMatcher::compile(&l);
-                into.network
-                    .extend(refused.iter().map(|r| disclosure.rejection(r)));
-            }
-        }
+/// The values of a policy's evaluated lists that no node can program,
+/// found with the managers' own compile functions and nothing of this
+/// node's kernel: domains count as servable and Services as resolvable
+/// (a Service without addresses is not a rejection). TargetsValid,
+/// OpenRulesValid and ExecRulesValid are built from this alone, so they
+/// are the same on every node that evaluated the same lists.
+fn spec_rejections(
+    mode: kyverno_runtime_enforce::openexec::Mode,
+    result: &EvaluationResult,
+    disclosure: &Disclosure,
+) -> Rejections {
+    use kyverno_runtime_enforce::{dns, egress, openexec, protocol};
+    let lists = |kind| BehaviorLists::merge(result, kind);
+    let mut out = Rejections::default();
+    let (_, open) = openexec::compile_paths(mode, lists(BehaviorKind::Open).as_ref());
+    out.open
+        .extend(open.iter().map(|r| disclosure.rejection(r)));
+    let (_, exec) = openexec::compile_paths(mode, lists(BehaviorKind::Exec).as_ref());
+    out.exec
+        .extend(exec.iter().map(|r| disclosure.rejection(r)));
+    let services = kyverno_runtime_enforce::names::ServiceAddresses::new();
+    let names = egress::NameContext {
+        services: &services,
+        domains: Ok(()),
+    };
+    let compiled = egress::compile_network(mode, lists(BehaviorKind::Network).as_ref(), &names);
+    out.network
+        .extend(compiled.rejections.iter().map(|r| disclosure.rejection(r)));
+    let (_, refused) = protocol::compile_protocol(mode, lists(BehaviorKind::Protocol).as_ref());
+    out.network
+        .extend(refused.iter().map(|r| disclosure.rejection(r)));
+    if let Some(l) = lists(BehaviorKind::Dns) {
+        let (_, refused) = dns::NameMatcher::compile(&l);
+        out.network
+            .extend(refused.iter().map(|r| disclosure.rejection(r)));
     }
+    out
+}
+
+/// What this node's managers refused beyond what [`spec_rejections`]
+/// refuses everywhere, as failures of this node (its shard's message and
+/// availability): the value is valid, this node cannot serve it.
+pub(super) fn refused_only_here(here: &Rejections, everywhere: &Rejections) -> Vec<String> {
+    let everywhere: BTreeSet<&String> = everywhere
+        .network
+        .iter()
+        .chain(&everywhere.open)
+        .chain(&everywhere.exec)
+        .collect();
+    here.network
+        .iter()
+        .chain(&here.open)
+        .chain(&here.exec)
+        .filter(|r| !everywhere.contains(r))
+        .map(|r| format!("not programmable on this node: {r}"))
+        .collect()
 }
 
 /// A policy's evaluated lists in one bounded line (the first values of

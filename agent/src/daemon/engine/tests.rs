@@ -464,6 +464,52 @@ fn the_spec_conditions_name_the_values_that_cannot_be_programmed() {
     assert_eq!(spec_condition(&r, types::EXEC_RULES_VALID), None);
 }
 
+/// Issue 38, point 3: the spec-level conditions are written cluster-wide,
+/// so what only this node's managers refuse (a domain where the DNS answer
+/// snooper failed to load) is not in them: it is this node's failure, in
+/// its shard. A value refused everywhere stays in the condition alone.
+#[test]
+fn what_only_this_node_refuses_is_the_nodes_to_say() {
+    let everywhere = Rejections {
+        network: vec!["spec.behaviors[0].network.deny: \"10.0.0.300\": not an address".into()],
+        ..Rejections::default()
+    };
+    let here = Rejections {
+        network: vec![
+            "spec.behaviors[0].network.deny: \"10.0.0.300\": not an address".into(),
+            "spec.behaviors[0].network.deny: \"example.com\": domains cannot be served here: the DNS answer snooper did not load".into(),
+        ],
+        ..Rejections::default()
+    };
+    assert_eq!(
+        policies::refused_only_here(&here, &everywhere),
+        ["not programmable on this node: spec.behaviors[0].network.deny: \"example.com\": domains cannot be served here: the DNS answer snooper did not load"]
+    );
+
+    // A domain is a valid target: on a node with no egress backend at all,
+    // TargetsValid says so (it is the same on every node), and the node's
+    // own gap is in its shard.
+    let (mut e, reports, _dir) = engine();
+    e.apply_policy(&policy(
+        "d",
+        1,
+        serde_json::json!({"mode": "enforce", "podSelector": {},
+        "behaviors": [{"network": {"deny": {"values": ["example.com", "10.0.0.1"]}}}]}),
+    ));
+    let r = report(&reports, "d");
+    assert_eq!(
+        spec_condition(&r, types::TARGETS_VALID),
+        Some((
+            "True".into(),
+            "Valid".into(),
+            "every target value is programmed".into()
+        ))
+    );
+    assert_eq!(r.shard.enforcement_available, Some(false));
+    assert_eq!(r.shard.observed_generation, Some(1));
+    assert_eq!(r.uid.as_deref(), Some("uid-d"));
+}
+
 #[test]
 fn a_deployments_pod_is_attributed_to_the_deployment() {
     let (mut e, _reports, _dir) = engine();
