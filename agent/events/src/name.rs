@@ -6,7 +6,7 @@
 //!   for a policy error, mapped to what a name may hold and cut to
 //!   [`MAX_PREFIX_LEN`] characters.
 //! - `identity` is 16 hex digits of a SHA-256 over what the Event is
-//!   about, its [`Key`]: `regarding` (the pod and container, or the
+//!   about, its key: `regarding` (the pod and container, or the
 //!   policy), `related` (the policy a finding is about), reason, action
 //!   and type. That is the key client-go's `events.k8s.io/v1` recorder
 //!   correlates by, and the fields the API server will not let an update
