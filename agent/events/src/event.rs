@@ -118,7 +118,8 @@ fn finding_note(r: &Finding) -> String {
     let what = match r.behavior {
         Behavior::Exec => format!("exec of {target}"),
         Behavior::Open => format!("open of {target}"),
-        Behavior::Network => format!("connection to {target}"),
+        // The egress counters count packets, as the Report's countUnit says.
+        Behavior::Network => format!("packets to {target}"),
         Behavior::Protocol => format!("use of protocol {target}"),
         Behavior::Dns => format!("DNS query for {target}"),
     };
