@@ -28,7 +28,7 @@
 
 mod recent;
 
-pub(crate) use recent::{RecentChains, KEEP_CHAINS_FOR, MAX_REMEMBERED};
+pub(crate) use recent::{RecentChains, SeenPods, KEEP_CHAINS_FOR, MAX_REMEMBERED};
 
 use crate::autogen::ControllerKind;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -233,11 +233,21 @@ pub(crate) async fn resolve(
     name: &str,
     uid: &str,
 ) -> Result<Chain, kube::Error> {
+    match fetch.fetch(ObjKind::Pod, namespace, name).await? {
+        Some(pod) if pod.uid == uid => resolve_from(fetch, namespace, &pod).await,
+        _ => Ok(Chain::Unverified(Unverified::PodGone)),
+    }
+}
+
+/// Verifies the controller chain of `pod` (as the API answered for it, or
+/// as the pod watch saw it) from its controller reference up: every owner
+/// is read through the API and checked as the module docs say.
+async fn resolve_from(
+    fetch: &impl Fetch,
+    namespace: &str,
+    pod: &Facts,
+) -> Result<Chain, kube::Error> {
     use Unverified::*;
-    let pod = match fetch.fetch(ObjKind::Pod, namespace, name).await? {
-        Some(pod) if pod.uid == uid => pod,
-        _ => return Ok(Chain::Unverified(PodGone)),
-    };
     if pod.owners.is_empty() {
         return Ok(Chain::NoOwner);
     }
@@ -309,24 +319,51 @@ pub(crate) async fn resolve(
 /// and answering for a pod that is gone (or is another pod of the same
 /// name now) with the chain it last verified with, if `recent` still has
 /// it: the findings it made while it lived belong to that controller
-/// (see `recent`).
+/// (see `recent`). A gone pod that never verified is verified from what
+/// the pod watch saw of it (`seen`): its controller reference, whose
+/// owner must still exist with that uid, and its labels, which the
+/// owners' selectors must match. A pod neither remembers is
+/// [`Unverified::PodGone`], as is one whose seen chain has no owner.
 pub(crate) async fn resolve_remembering(
     fetch: &impl Fetch,
     recent: &RecentChains,
+    seen: &SeenPods,
     namespace: &str,
     name: &str,
     uid: &str,
 ) -> Result<Chain, kube::Error> {
-    Ok(match resolve(fetch, namespace, name, uid).await? {
+    let gone = match resolve(fetch, namespace, name, uid).await? {
         Chain::Verified { owner, rollup } => {
-            recent.remember(uid, &owner, &rollup);
+            recent.remember(uid, (owner.clone(), rollup.clone()));
+            return Ok(Chain::Verified { owner, rollup });
+        }
+        Chain::Unverified(Unverified::PodGone) => Chain::Unverified(Unverified::PodGone),
+        other => return Ok(other),
+    };
+    if let Some((owner, rollup)) = recent.recall(uid) {
+        return Ok(Chain::Verified { owner, rollup });
+    }
+    // The watch's record is keyed by uid; the name and namespace must
+    // also be the finding's, or it is not the same pod's record.
+    let Some(pod) = seen
+        .recall(uid)
+        .filter(|p| p.namespace == namespace && p.name == name)
+    else {
+        return Ok(gone);
+    };
+    let facts = Facts {
+        uid: uid.to_string(),
+        labels: pod.labels,
+        owners: vec![pod.controller],
+        selector: None,
+    };
+    Ok(match resolve_from(fetch, namespace, &facts).await? {
+        Chain::Verified { owner, rollup } => {
+            recent.remember(uid, (owner.clone(), rollup.clone()));
             Chain::Verified { owner, rollup }
         }
-        Chain::Unverified(Unverified::PodGone) => match recent.recall(uid) {
-            Some((owner, rollup)) => Chain::Verified { owner, rollup },
-            None => Chain::Unverified(Unverified::PodGone),
-        },
-        other => other,
+        Chain::NoOwner => gone,
+        unverified => unverified,
     })
 }
 
@@ -671,7 +708,18 @@ mod tests {
     }
 
     fn resolve_remembering_now(t: &Table, recent: &RecentChains, pod: &str, uid: &str) -> Chain {
-        let fut = resolve_remembering(t, recent, "ns", pod, uid);
+        let seen = SeenPods::new(KEEP_CHAINS_FOR, MAX_REMEMBERED);
+        resolve_seen_now(t, recent, &seen, pod, uid)
+    }
+
+    fn resolve_seen_now(
+        t: &Table,
+        recent: &RecentChains,
+        seen: &SeenPods,
+        pod: &str,
+        uid: &str,
+    ) -> Chain {
+        let fut = resolve_remembering(t, recent, seen, "ns", pod, uid);
         let waker = std::task::Waker::noop();
         let mut cx = std::task::Context::from_waker(waker);
         let mut fut = std::pin::pin!(fut);
@@ -720,6 +768,103 @@ mod tests {
         assert_eq!(
             resolve_now(&t, "web-5d9-a", "pod-uid"),
             Chain::Unverified(Unverified::PodGone)
+        );
+    }
+
+    /// What the pod watch saw of `web-5d9-a` in [`deployment`].
+    fn seen_web_pod(t: &Table) -> SeenPods {
+        let facts = &t.objects[&(ObjKind::Pod, "web-5d9-a".into())];
+        let pod = k8s_openapi::api::core::v1::Pod {
+            metadata: ObjectMeta {
+                namespace: Some("ns".into()),
+                name: Some("web-5d9-a".into()),
+                uid: Some(facts.uid.clone()),
+                labels: Some(facts.labels.clone()),
+                owner_references: Some(facts.owners.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Default::default()
+        };
+        let seen = SeenPods::new(KEEP_CHAINS_FOR, MAX_REMEMBERED);
+        seen.saw(&pod);
+        seen
+    }
+
+    /// Issue 38, point 7: a pod gone before its chain was ever verified
+    /// is verified from what the watch saw, from its owner up, by uid and
+    /// selector; the pod itself is not needed, and a changed owner fails.
+    #[test]
+    fn a_gone_pod_never_verified_is_verified_from_what_the_watch_saw() {
+        use Unverified::*;
+        let verified = Chain::Verified {
+            owner: named("Deployment", "web"),
+            rollup: vec![ctrl(ControllerKind::Deployment, "web", "d-uid")],
+        };
+        type Case = (&'static str, fn(&mut Table), &'static str, Chain);
+        let cases: [Case; 5] = [
+            ("the owners are as they were", |_| {}, "web-5d9-a", verified),
+            (
+                "the ReplicaSet was recreated under its name",
+                |t| {
+                    t.objects
+                        .get_mut(&(ObjKind::ReplicaSet, "web-5d9".into()))
+                        .unwrap()
+                        .uid = "rs-uid-2".into()
+                },
+                "web-5d9-a",
+                Chain::Unverified(UidMismatch),
+            ),
+            (
+                "the Deployment is gone",
+                |t| {
+                    t.objects.remove(&(ObjKind::Deployment, "web".into()));
+                },
+                "web-5d9-a",
+                Chain::Unverified(OwnerMissing),
+            ),
+            (
+                "the ReplicaSet selects other pods",
+                |t| {
+                    t.objects
+                        .get_mut(&(ObjKind::ReplicaSet, "web-5d9".into()))
+                        .unwrap()
+                        .selector = Some(match_labels(&[("app", "db")]))
+                },
+                "web-5d9-a",
+                Chain::Unverified(SelectorMismatch),
+            ),
+            (
+                "the finding names another pod",
+                |_| {},
+                "web-5d9-b",
+                Chain::Unverified(PodGone),
+            ),
+        ];
+        for (what, change, pod, want) in cases {
+            let mut t = deployment();
+            let seen = seen_web_pod(&t);
+            t.objects.remove(&(ObjKind::Pod, "web-5d9-a".into()));
+            change(&mut t);
+            let recent = RecentChains::new(KEEP_CHAINS_FOR, MAX_REMEMBERED);
+            assert_eq!(
+                resolve_seen_now(&t, &recent, &seen, pod, "pod-uid"),
+                want,
+                "{what}"
+            );
+            // A chain verified this way is remembered like any other.
+            assert_eq!(
+                recent.recall("pod-uid").is_some(),
+                matches!(want, Chain::Verified { .. }),
+                "{what}"
+            );
+        }
+        // Another uid borrows nothing of what the watch saw.
+        let t = deployment();
+        let seen = seen_web_pod(&t);
+        let recent = RecentChains::new(KEEP_CHAINS_FOR, MAX_REMEMBERED);
+        assert_eq!(
+            resolve_seen_now(&t, &recent, &seen, "web-5d9-a", "other-uid"),
+            Chain::Unverified(PodGone)
         );
     }
 

@@ -18,7 +18,9 @@
 //!
 //! A pod gone by the flush (deleted, or another pod of its name now) is
 //! routed by the chain it verified with while it lived (`owners::recent`),
-//! so its last findings still roll up. A pod's Report about another pod of
+//! or, never verified, by the chain verified from the controller
+//! reference the daemon's pod watch saw ([`ReporterHandle::saw_pod`]), so
+//! its last findings still roll up. A pod's Report about another pod of
 //! the same name is taken over only by the live pod of that name, read
 //! through the API: a late write for a replaced pod is dropped and counted
 //! ([`DropReason::Unattributed`]) rather than handing the live pod's
@@ -69,7 +71,8 @@ use crate::error::{is_retryable, Error, Result};
 use crate::finding::{is_dns1123_subdomain, Finding, Fingerprint};
 use crate::merge::{desired_pod_report, PodKey, Subject};
 use crate::owners::{
-    self, Chain, Controller, NamedOwner, Owners, RecentChains, KEEP_CHAINS_FOR, MAX_REMEMBERED,
+    self, Chain, Controller, NamedOwner, Owners, RecentChains, SeenPods, KEEP_CHAINS_FOR,
+    MAX_REMEMBERED,
 };
 use crate::policies::{Policies, PolicyState};
 use crate::result::OwnerMark;
@@ -281,6 +284,9 @@ struct Shared {
     max_buffered: usize,
     max_results: usize,
     on_drop: Option<DropHook>,
+    /// What the pod watch saw of recent pods, for the findings of those
+    /// gone before their chain was verified (see `owners::recent`).
+    seen: SeenPods,
 }
 
 impl Shared {
@@ -456,6 +462,16 @@ impl ReporterHandle {
         self.shared.submit(finding);
     }
 
+    /// Notes what the pod watch saw of `pod` (call it on every apply and
+    /// delete the watch delivers): its namespace, name, labels and
+    /// controller reference, by uid, for 15 minutes (at most 20 000 pods,
+    /// the least recently seen forgotten). No API call: this is read only
+    /// when the pod's first findings are flushed after it is gone, to
+    /// verify its chain from its owner up (see `owners::recent`).
+    pub fn saw_pod(&self, pod: &k8s_openapi::api::core::v1::Pod) {
+        self.shared.seen.saw(pod);
+    }
+
     /// Findings dropped since the reporter was made, for every reason.
     pub fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
@@ -534,6 +550,7 @@ impl Reporter {
                 // A Report with room for nothing would drop every finding.
                 max_results: max_results.max(1),
                 on_drop,
+                seen: SeenPods::new(KEEP_CHAINS_FOR, MAX_REMEMBERED),
             }),
             // A zero interval would make `tokio::time::interval` panic.
             interval: interval.max(Duration::from_millis(1)),
@@ -650,6 +667,7 @@ impl Reporter {
         let marks = self.regroup(&mut pending, routes, &settings);
         self.owners.prune();
         self.recent.prune();
+        self.shared.seen.prune();
 
         let dests: Vec<Dest> = pending.groups.keys().cloned().collect();
         let mut flushed = Flushed::default();
@@ -739,6 +757,7 @@ impl Reporter {
             let resolved = owners::resolve_remembering(
                 &self.owners,
                 &self.recent,
+                &self.shared.seen,
                 &pod.namespace,
                 &pod.name,
                 &pod.uid,

@@ -23,6 +23,7 @@ fn shared(max_buffered: usize, max_results: usize) -> (Shared, Drops) {
             max_buffered,
             max_results,
             on_drop: Some(hook),
+            seen: SeenPods::new(KEEP_CHAINS_FOR, MAX_REMEMBERED),
         },
         drops,
     )
