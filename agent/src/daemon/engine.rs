@@ -188,6 +188,9 @@ pub struct Engine {
     /// Show values computed from fetched data where operators read (see
     /// `engine/disclosure.rs`).
     show_data_values: bool,
+    /// Told what the pod watch sees, so a pod deleted before its first
+    /// findings are flushed still rolls up (see [`Engine::saw_pod`]).
+    reporter: Option<ReporterHandle>,
 }
 
 #[derive(Default)]
@@ -272,6 +275,7 @@ impl Engine {
             fetcher: None,
             protected: BTreeSet::new(),
             show_data_values: false,
+            reporter: None,
         }
         .with_loss_baselines()
     }
@@ -288,6 +292,20 @@ impl Engine {
             self.program(&name);
         }
         self.refresh_reports();
+    }
+
+    /// Hands what the pod watch sees to `reporter` (`--reports-enabled`).
+    pub fn set_reporter(&mut self, reporter: ReporterHandle) {
+        self.reporter = Some(reporter);
+    }
+
+    /// The pod watch delivered `pod` (applied or deleted): the reporter
+    /// keeps its controller reference by uid, without an API call, for
+    /// findings flushed after the pod is gone (issue 38, point 7).
+    pub fn saw_pod(&self, pod: &Pod) {
+        if let Some(r) = &self.reporter {
+            r.saw_pod(pod);
+        }
     }
 
     /// Shows values computed from fetched data in status, errors and logs
@@ -363,6 +381,7 @@ impl Engine {
 
     /// A pod on this node was created or changed.
     pub fn apply_pod(&mut self, pod: &Pod) {
+        self.saw_pod(pod);
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };

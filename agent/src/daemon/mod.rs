@@ -856,6 +856,9 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         watches::lock(&engine).set_fetcher(data::Fetcher::new(client.clone(), data_tx, guard));
         watches::lock(&engine).set_protected_namespaces(protected_namespaces(&args));
         watches::lock(&engine).set_show_data_values(args.show_data_values);
+        if let Some(r) = &reporter {
+            watches::lock(&engine).set_reporter(r.handle());
+        }
         let watches = watches::Watches {
             client: client.clone(),
             node: args.node_name.clone(),

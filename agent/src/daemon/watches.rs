@@ -255,6 +255,7 @@ fn apply(engine: &mut Engine, relists: &mut Relists, synced: &mut Synced, update
             }
             Event::Apply(pod) => engine.apply_pod(&pod),
             Event::Delete(pod) => {
+                engine.saw_pod(&pod);
                 if let Some(uid) = pod.uid() {
                     engine.delete_pod(&uid);
                 }
