@@ -362,3 +362,63 @@ async fn a_node_the_daemon_left_decides_nothing() {
         let _ = cluster.kubectl_output(&["delete", "node", n]);
     }
 }
+
+/// Point 3: on a mixed cluster the spec-level conditions are one answer,
+/// whichever node flushed last, and what one node cannot serve is that
+/// node's: a domain value is a valid target everywhere (TargetsValid is
+/// computed from the spec alone), and the node whose DNS answer snooper
+/// did not load says so in its shard, which makes EnforcementAvailable
+/// False naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_cluster_states_one_answer_on_the_spec() {
+    let _turn = TURN.lock().await;
+    let cluster = cluster();
+    let name = "truth-mixed";
+    let _ = cluster.kubectl_output(&["delete", "rpol", name, "--ignore-not-found"]);
+    network_policy(cluster, name, "example.com");
+    let client = client(cluster).await;
+    let api: kube::Api<RuntimePolicy> = kube::Api::all(client.clone());
+    let nodes = ["krt-mixed-a", "krt-mixed-b"];
+    let view = ClusterView {
+        existing_nodes: Some(set(&nodes)),
+        expected_nodes: Some(set(&nodes)),
+    };
+    let able = report_at(1, targets_valid("True", "every target value is programmed"));
+    let mut unable = report_at(1, targets_valid("True", "every target value is programmed"));
+    unable.shard.enforcement_available = Some(false);
+    unable.shard.message = Some(
+        "not programmable on this node: spec.behaviors[0].network.deny: \"example.com\": \
+         the DNS answer snooper did not load"
+            .into(),
+    );
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        for (node, report) in [("krt-mixed-a", &able), ("krt-mixed-b", &unable)] {
+            StatusWriter::new(client.clone(), node)
+                .flush(name, report, &view)
+                .await
+                .unwrap();
+            let p = api.get(name).await.unwrap();
+            seen.push(condition(&p, "TargetsValid").unwrap().clone());
+        }
+    }
+    assert!(
+        seen.windows(2).all(|w| w[0] == w[1]),
+        "TargetsValid changed with the node that flushed: {seen:?}"
+    );
+    let p = api.get(name).await.unwrap();
+    let enforcement = condition(&p, "EnforcementAvailable").unwrap();
+    println!(
+        "TargetsValid {} after 4 flushes by 2 nodes; EnforcementAvailable {}: {}",
+        seen[0].status, enforcement.status, enforcement.message
+    );
+    assert_eq!(enforcement.status, "False");
+    assert!(
+        enforcement
+            .message
+            .starts_with("unavailable on krt-mixed-b (")
+            && enforcement.message.contains("example.com"),
+        "{enforcement:?}"
+    );
+    cluster.kubectl_ok(&["delete", "rpol", name]).unwrap();
+}
