@@ -5,6 +5,7 @@
 // uses every helper.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+pub mod rollup;
 pub mod workloads;
 
 use kyverno_runtime_api::openreports::report_crd;
