@@ -99,7 +99,7 @@ spec:
     );
     assert!(out.contains("error: spec.behaviors[0].open.deny.expression: expression has type int; a behavior expression must be list(string)"), "{out}");
     assert!(
-        out.contains("policy dns-enforce (mode enforce)\n  refused by the API server (kubectl apply would fail):\n    spec: Invalid value: a dns behavior is observation only"),
+        out.contains("policy dns-enforce (mode enforce)\n  refused by the API server (kubectl apply would fail):\n    spec: Invalid value: a dns behavior reports the names a workload resolves, it does not block them"),
         "{out}"
     );
     assert!(out.contains("3 policies checked, 3 with errors"), "{out}");
@@ -414,7 +414,7 @@ fn admission_refusals_and_compiler_errors_both_show() {
     );
     assert!(
         out.contains(
-            "    spec: Invalid value: an enforce policy must set podSelector or namespaceSelector"
+            "    spec: Invalid value: an enforce-mode policy must state the pods it applies to"
         ),
         "{out}"
     );

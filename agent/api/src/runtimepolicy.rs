@@ -53,6 +53,33 @@ pub const MAX_PATH_LEN: usize = 255;
 /// the classifier's ALPN key.
 pub const MAX_ALPN_LEN: usize = 16;
 
+/// The messages of the admission rules a policy author meets most, shared
+/// by the CRD's rules and the compiler (so `policy check`, the API server
+/// and the daemon's status say the same thing). Each contains, word for
+/// word, the phrase of the Go original's message that its users' scripts
+/// and its own admission tests match on (issue 30), then says what to do.
+pub mod messages {
+    /// A behavior item with zero or several kinds.
+    pub const ONE_KIND_PER_BEHAVIOR: &str =
+        "exactly one of network, exec, open, protocol, or dns must be specified: \
+         each behavior sets one kind; write one behavior per kind";
+    /// An enforce policy without a selector.
+    pub const ENFORCE_NEEDS_SELECTOR: &str =
+        "an enforce-mode policy must state the pods it applies to: set spec.podSelector \
+         or spec.namespaceSelector, or set spec.podSelector to {} to enforce on every \
+         pod on the node";
+    /// A monitorFilter on an enforce policy.
+    pub const MONITOR_FILTER_IN_ENFORCE: &str =
+        "a monitorFilter narrows what a monitor-mode policy reports; an enforce-mode \
+         policy reports only operations the kernel actually denied, and those are never \
+         suppressed: remove spec.monitorFilter, or set spec.mode to monitor";
+    /// A dns behavior in an enforce policy.
+    pub const DNS_IN_ENFORCE: &str =
+        "a dns behavior reports the names a workload resolves, it does not block them: \
+         set spec.mode to \"monitor\", or express the destinations you want blocked as a \
+         network behavior, which enforces domain values";
+}
+
 /// Selects pods and declares allow/deny rules for what they may do.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
@@ -71,13 +98,13 @@ pub const MAX_ALPN_LEN: usize = 16;
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new(
     "!has(self.mode) || self.mode != 'enforce' || has(self.podSelector) || has(self.namespaceSelector)"
-).message("an enforce policy must set podSelector or namespaceSelector"))]
+).message(messages::ENFORCE_NEEDS_SELECTOR))]
 #[x_kube(validation = Rule::new(
     "!has(self.monitorFilter) || !has(self.mode) || self.mode != 'enforce'"
-).message("monitorFilter narrows monitor findings and is refused with mode: enforce, whose findings are the record of what the kernel blocked"))]
+).message(messages::MONITOR_FILTER_IN_ENFORCE))]
 #[x_kube(validation = Rule::new(
     "!has(self.mode) || self.mode != 'enforce' || !has(self.behaviors) || !self.behaviors.exists(b, has(b.dns))"
-).message("a dns behavior is observation only: use mode: monitor for it, and the network behavior to enforce egress to a domain"))]
+).message(messages::DNS_IN_ENFORCE))]
 pub struct RuntimePolicySpec {
     /// Pods this policy applies to. Absent and `{}` both select every pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -160,7 +187,7 @@ pub struct Variable {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(validation = Rule::new(
     "[has(self.network), has(self.exec), has(self.open), has(self.protocol), has(self.dns)].filter(k, k).size() == 1"
-).message("each behavior must set exactly one of network, exec, open, protocol or dns"))]
+).message(messages::ONE_KIND_PER_BEHAVIOR))]
 pub struct PolicyBehavior {
     /// Egress destinations: IP addresses, CIDRs, cluster Service names, domain names.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -617,7 +617,7 @@ impl CompiledPolicy {
             if kind == BehaviorKind::Dns && mode == RuntimePolicyMode::Enforce {
                 c.errors.push(CompileError::Refused {
                     path: at.as_str().to_string(),
-                    message: "a dns behavior is observation only: use mode: monitor for it, and the network behavior to enforce egress to a domain",
+                    message: kyverno_runtime_api::runtimepolicy::messages::DNS_IN_ENFORCE,
                 });
             }
             let mut rule = |side: RuleSide, (literals, source): RuleParts| {
@@ -666,7 +666,8 @@ impl CompiledPolicy {
             if mode == RuntimePolicyMode::Enforce {
                 c.errors.push(CompileError::Refused {
                     path: at.as_str().to_string(),
-                    message: "monitorFilter narrows monitor findings and is refused with mode: enforce, whose findings are the record of what the kernel blocked",
+                    message:
+                        kyverno_runtime_api::runtimepolicy::messages::MONITOR_FILTER_IN_ENFORCE,
                 });
             }
             let filter_env = Env::monitor_filter();

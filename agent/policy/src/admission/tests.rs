@@ -51,11 +51,11 @@ fn each_refusal_of_the_issue_is_found_with_its_path() {
         (json!({"behaviours": []}), r#"unknown field "spec.behaviours""#),
         (
             json!({"behaviors": [{"exec": {"deny": {"values": ["/a"]}}, "open": {}}]}),
-            "spec.behaviors[0]: Invalid value: each behavior must set exactly one of",
+            "spec.behaviors[0]: Invalid value: exactly one of network, exec, open, protocol, or dns must be specified",
         ),
         (
             json!({"mode": "enforce"}),
-            "spec: Invalid value: an enforce policy must set podSelector or namespaceSelector",
+            "spec: Invalid value: an enforce-mode policy must state the pods it applies to",
         ),
         (
             json!({"behaviors": [{"exec": {"deny": {"values": (0..65).map(|i| format!("/b/{i}")).collect::<Vec<_>>()}}}]}),
@@ -111,7 +111,8 @@ fn nulls_and_missing_fields_as_the_server_treats_them() {
     );
     let got = errors(policy(json!({"mode": "enforce", "podSelector": null})));
     assert!(
-        got.iter().any(|e| e.contains("must set podSelector")),
+        got.iter()
+            .any(|e| e.contains("must state the pods it applies to")),
         "{got:?}"
     );
     // A null item fails its type, and the rules do not run.

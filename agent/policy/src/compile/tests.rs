@@ -257,8 +257,10 @@ monitorFilter:
 "#,
     );
     assert_eq!(errs.len(), 2, "{errs:?}");
-    assert!(errs[0].starts_with("spec.behaviors[0].dns: a dns behavior is observation only"));
-    assert!(errs[1].starts_with("spec.monitorFilter: monitorFilter narrows monitor findings"));
+    assert!(errs[0].starts_with("spec.behaviors[0].dns: a dns behavior reports the names a workload resolves, it does not block them"));
+    assert!(errs[1].starts_with(
+        "spec.monitorFilter: a monitorFilter narrows what a monitor-mode policy reports"
+    ));
 }
 
 #[test]
