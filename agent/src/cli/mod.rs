@@ -5,6 +5,7 @@ pub mod cleanup;
 mod collector;
 mod confined;
 mod crd;
+pub(crate) mod go_flags;
 pub mod input;
 pub mod out;
 mod policy;
@@ -31,9 +32,21 @@ pub struct Cli {
 /// Logging flags shared by every subcommand.
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// Log filter in `tracing` env-filter syntax (for example `info,kyverno_runtime=debug`).
+    /// Log filter in `tracing` env-filter syntax (for example `info,kyverno_runtime=debug`);
+    /// a bare integer is the Go original's verbosity (0 info, 1 debug, 2 or more trace).
     #[arg(long, env = "KRT_LOG", default_value = "info", global = true)]
     pub log_level: String,
+    /// klog's verbosity (`-v N`, `--v=N`), which DaemonSets written for
+    /// Kubernetes components pass: overrides --log-level, mapped as its
+    /// integers are. Hidden: --log-level is this binary's flag.
+    #[arg(
+        short = 'v',
+        long = "v",
+        global = true,
+        hide = true,
+        allow_negative_numbers = true
+    )]
+    pub v: Option<i64>,
     /// Log line format.
     #[arg(long, env = "KRT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain, global = true)]
     pub log_format: LogFormat,
@@ -55,7 +68,7 @@ pub enum Command {
     /// Print the CustomResourceDefinitions generated from the API types.
     Crd(crd::CrdArgs),
     /// Run the node daemon: watch policies and this node's pods, enforce, report.
-    Daemon(Box<crate::daemon::DaemonArgs>),
+    Daemon(Box<go_flags::DaemonCommand>),
     /// Remove the BPF pins the daemon left (uninstall), detaching its programs; only its own,
     /// in a bpffs directory it marked.
     Cleanup(cleanup::CleanupArgs),
@@ -71,8 +84,9 @@ pub enum Command {
 /// Installs the global `tracing` subscriber; logs go to stderr so that
 /// command output on stdout stays machine-readable.
 pub fn init_logging(args: &LogArgs) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(go_flags::log_filter(&args.log_level, args.v))
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         // Colour only for a person at a terminal; a log file or a
@@ -90,7 +104,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Probe(args) => probe::run(args),
         Command::Crd(args) => crd::run(args),
-        Command::Daemon(args) => crate::daemon::run(*args),
+        Command::Daemon(cmd) => crate::daemon::run(cmd.into_args()),
         Command::Cleanup(args) => cleanup::run(args),
         Command::Policy(args) => policy::run(args),
         Command::Collector(args) => collector::run(args),
@@ -114,7 +128,8 @@ mod tests {
         let mut checked = 0;
         for arg in daemon.get_arguments() {
             let id = arg.get_id().as_str();
-            if matches!(id, "help" | "version") {
+            // Hidden: the Go original's flags (cli/go_flags.rs), not this daemon's.
+            if matches!(id, "help" | "version") || arg.is_hide_set() {
                 continue;
             }
             assert!(
