@@ -488,9 +488,12 @@ fn kubernetes(env: &mut Env) {
 /// The `event` object a monitorFilter expression sees: the observation,
 /// a discriminated union on `kind` (`net`, `dns`, `exec`, `open`,
 /// `protocol`) whose per-kind fact is also the `has()` guard
-/// (`has(event.exec)`).
+/// (`has(event.exec)`). Every field of the Go original's `event`
+/// (`pkg/compiler/monitorfilter.go`) is here with its type, so a Go
+/// user's filter compiles unchanged; `cgroupId` and `net.destPort` are
+/// ours.
 pub fn event_type() -> Type {
-    use Type::{Int, String, Uint};
+    use Type::{Bool, Int, String, Timestamp, Uint};
     let obj = |name: &str, fields: Vec<(&str, Type)>| Type::object(ObjectType::new(name, fields));
     let pod = obj(
         "event.pod",
@@ -498,6 +501,12 @@ pub fn event_type() -> Type {
             ("namespace", String),
             ("name", String),
             ("uid", String),
+            ("container", String),
+            ("containerID", String),
+            ("ownerKind", String),
+            ("ownerName", String),
+            ("nodeName", String),
+            ("serviceAccount", String),
             ("labels", Type::map(String, String)),
         ],
     );
@@ -505,11 +514,15 @@ pub fn event_type() -> Type {
         "event",
         vec![
             ("kind", String),
+            ("time", Timestamp),
             ("pod", pod),
             ("comm", String),
             ("pid", Int),
             ("cgroupId", Uint),
-            ("count", Uint),
+            // int, as in the Go original: `event.count == 3` must check.
+            ("count", Int),
+            ("kernelDenied", Bool),
+            ("wouldDeny", Bool),
             ("open", obj("event.open", vec![("path", String)])),
             (
                 "exec",

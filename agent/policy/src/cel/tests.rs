@@ -321,8 +321,85 @@ fn filter_accepted(#[case] src: &str) {
     }
 }
 
+/// Every field of the Go original's `event` (its `pkg/compiler/monitorfilter.go`
+/// declarations), with the Go type, plus ours (`cgroupId`, `net.destPort`).
 #[rstest]
-#[case("event.nope", "event has no field nope; valid fields: cgroupId, comm, count, dns, exec, kind, net, open, pid, pod, protocol")]
+#[case("event.kind", Type::String)]
+#[case("event.time", Type::Timestamp)]
+#[case("event.comm", Type::String)]
+#[case("event.pid", Type::Int)]
+#[case("event.count", Type::Int)]
+#[case("event.kernelDenied", Type::Bool)]
+#[case("event.wouldDeny", Type::Bool)]
+#[case("event.pod.namespace", Type::String)]
+#[case("event.pod.name", Type::String)]
+#[case("event.pod.uid", Type::String)]
+#[case("event.pod.container", Type::String)]
+#[case("event.pod.containerID", Type::String)]
+#[case("event.pod.ownerKind", Type::String)]
+#[case("event.pod.ownerName", Type::String)]
+#[case("event.pod.nodeName", Type::String)]
+#[case("event.pod.serviceAccount", Type::String)]
+#[case("event.pod.labels", Type::map(Type::String, Type::String))]
+#[case("event.open.path", Type::String)]
+#[case("event.exec.filename", Type::String)]
+#[case("event.exec.argv", Type::list(Type::String))]
+#[case("event.net.destIP", Type::String)]
+#[case("event.net.domain", Type::String)]
+#[case("event.dns.qname", Type::String)]
+#[case("event.protocol.protocol", Type::String)]
+#[case("event.protocol.alpn", Type::String)]
+#[case("event.cgroupId", Type::Uint)]
+#[case("event.net.destPort", Type::Int)]
+fn event_fields_have_the_go_originals_types(#[case] src: &str, #[case] want: Type) {
+    match check(src, &Env::monitor_filter()) {
+        Ok(c) => assert_eq!(c.ty, want, "{src}"),
+        Err(es) => panic!("{src}: {es:?}"),
+    }
+}
+
+/// The Go original's `TestMonitorFilterFieldCoverage` expressions, verbatim,
+/// and comparisons of `count` written for either type (`int` now, `uint`
+/// before: ordering across the two is cel-go's heterogeneous comparison).
+#[rstest]
+#[case(r#"event.kind == "net""#)]
+#[case(r#"event.time == timestamp("2024-03-01T12:00:00Z")"#)]
+#[case(r#"event.comm == "curl""#)]
+#[case("event.pid == 17")]
+#[case("event.count == 3")]
+#[case("event.kernelDenied")]
+#[case("event.wouldDeny")]
+#[case(r#"event.pod.namespace == "team-a""#)]
+#[case(r#"event.pod.name == "agent-0""#)]
+#[case(r#"event.pod.uid == "uid-1""#)]
+#[case(r#"event.pod.container == "agent""#)]
+#[case(r#"event.pod.containerID == "containerd://abc""#)]
+#[case(r#"event.pod.ownerKind == "Deployment""#)]
+#[case(r#"event.pod.ownerName == "agent""#)]
+#[case(r#"event.pod.nodeName == "node-1""#)]
+#[case(r#"event.pod.serviceAccount == "agent-sa""#)]
+#[case(r#"event.pod.labels["app"] == "ai""#)]
+#[case(r#"event.open.path == "/etc/hosts""#)]
+#[case(r#"event.exec.filename == "/usr/bin/curl""#)]
+#[case(r#"event.exec.argv == ["curl", "-s"]"#)]
+#[case(r#"event.net.destIP == "10.0.0.5""#)]
+#[case(r#"event.net.domain == "api.example.com""#)]
+#[case(r#"event.dns.qname == "api.example.com""#)]
+#[case(r#"event.protocol.protocol == "tls""#)]
+#[case(r#"event.protocol.alpn == "h2""#)]
+#[case(
+    "has(event.open) && has(event.exec) && has(event.net) && has(event.dns) && has(event.protocol)"
+)]
+#[case("event.count > 5 && event.count >= 5u && event.count < 10.0")]
+#[case("event.time > timestamp('2024-01-01T00:00:00Z') && event.time.getHours() < 6")]
+fn go_original_filters_are_accepted(#[case] src: &str) {
+    if let Err(es) = check_bool(src, &Env::monitor_filter()) {
+        panic!("{src}: {es:?}");
+    }
+}
+
+#[rstest]
+#[case("event.nope", "event has no field nope; valid fields: cgroupId, comm, count, dns, exec, kernelDenied, kind, net, open, pid, pod, protocol, time, wouldDeny")]
 #[case(
     "event.exec.path == 'x'",
     "event.exec has no field path; valid fields: argv, filename"

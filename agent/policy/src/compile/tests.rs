@@ -244,6 +244,51 @@ monitorFilter:
     assert_eq!(c.monitor_filter[0].name, "not-shell");
 }
 
+/// A monitorFilter of the Go original's own expressions over every `event`
+/// field (its `pkg/compiler/monitorfilter_test.go`,
+/// `TestMonitorFilterFieldCoverage`), on a policy shaped like its shadow-AI
+/// examples: a Go user's filter compiles here unchanged.
+#[test]
+fn the_go_originals_monitor_filter_over_every_event_field_compiles() {
+    let c = CompiledPolicy::compile(&spec(
+        r#"
+mode: monitor
+behaviors:
+  - exec:
+      deny:
+        values: ["*"]
+monitorFilter:
+  expressions:
+    - name: kind
+      expression: 'event.kind == "net"'
+    - name: time
+      expression: 'event.time == timestamp("2024-03-01T12:00:00Z")'
+    - name: process
+      expression: 'event.comm == "curl" && event.pid == 17 && event.count == 3'
+    - name: deny-flags
+      expression: 'event.kernelDenied && event.wouldDeny'
+    - name: pod
+      expression: >-
+        event.pod.namespace == "team-a" && event.pod.name == "agent-0" &&
+        event.pod.uid == "uid-1" && event.pod.container == "agent" &&
+        event.pod.containerID == "containerd://abc" &&
+        event.pod.ownerKind == "Deployment" && event.pod.ownerName == "agent" &&
+        event.pod.nodeName == "node-1" && event.pod.serviceAccount == "agent-sa" &&
+        event.pod.labels["app"] == "ai"
+    - name: facts
+      expression: >-
+        has(event.net) && event.net.destIP == "10.0.0.5" &&
+        event.net.domain == "api.example.com"
+"#,
+    ))
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let names: Vec<&str> = c.monitor_filter.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["kind", "time", "process", "deny-flags", "pod", "facts"]
+    );
+}
+
 #[test]
 fn enforce_refuses_a_monitor_filter_and_a_dns_behavior() {
     let errs = compile_errors(
