@@ -302,3 +302,51 @@ impl EventFailureLabels {
         EventFailureLabels { reason }
     }
 }
+
+/// A loadable backend, by the behaviors it serves
+/// (`backend_load_attempts_total{behavior}`, `backend_available{behavior}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum BackendBehavior {
+    /// The open/exec enforcer (BPF-LSM or fmod_ret): one load serves both.
+    open_exec,
+    /// The cgroup_skb egress filter.
+    network,
+    /// The cgroup_skb protocol classifier.
+    protocol,
+    /// The DNS question observer.
+    dns,
+}
+
+/// How a backend's load ended (`backend_load_attempts_total{result}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum BackendLoadResult {
+    /// Loaded and handed to the engine.
+    success,
+    /// Failed; retried with backoff.
+    failure,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct BackendLabels {
+    behavior: BackendBehavior,
+}
+
+impl BackendLabels {
+    pub(crate) fn new(behavior: BackendBehavior) -> Self {
+        BackendLabels { behavior }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct BackendLoadLabels {
+    behavior: BackendBehavior,
+    result: BackendLoadResult,
+}
+
+impl BackendLoadLabels {
+    pub(crate) fn new(behavior: BackendBehavior, result: BackendLoadResult) -> Self {
+        BackendLoadLabels { behavior, result }
+    }
+}

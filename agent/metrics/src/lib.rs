@@ -16,15 +16,15 @@ mod server;
 
 pub use health::{Health, Unhealthy};
 pub use labels::{
-    DropReason, EventWriteFailure, EventWriteResult, GateOperation, ReportWriteResult,
-    SourceFailureReason,
+    BackendBehavior, BackendLoadResult, DropReason, EventWriteFailure, EventWriteResult,
+    GateOperation, ReportWriteResult, SourceFailureReason,
 };
 pub use server::{serve, ServeError};
 
 use labels::{
-    DropLabels, EventFailureLabels, EventResultLabels, OperationLabels, PolicyBehaviorLabels,
-    PolicyExpressionLabels, ProgramLabels, ReasonLabels, ResultLabels, SourceKindLabels,
-    SourceLabels, SourceReasonLabels,
+    BackendLabels, BackendLoadLabels, DropLabels, EventFailureLabels, EventResultLabels,
+    OperationLabels, PolicyBehaviorLabels, PolicyExpressionLabels, ProgramLabels, ReasonLabels,
+    ResultLabels, SourceKindLabels, SourceLabels, SourceReasonLabels,
 };
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -56,6 +56,8 @@ pub struct Metrics {
     exec_trace_gate_failures: Family<OperationLabels, Counter>,
     bpf_run_time: Family<ProgramLabels, Counter<f64, AtomicU64>>,
     bpf_run_count: Family<ProgramLabels, Counter>,
+    backend_load_attempts: Family<BackendLoadLabels, Counter>,
+    backend_available: Family<BackendLabels, Gauge>,
     /// The kernel's cumulative (run_time_ns, run_cnt) per program name as
     /// of the last [`Metrics::record_bpf_program_stats`] call.
     bpf_last_seen: Mutex<HashMap<String, (u64, u64)>>,
@@ -87,6 +89,8 @@ impl Metrics {
             exec_trace_gate_failures: Family::default(),
             bpf_run_time: Family::default(),
             bpf_run_count: Family::default(),
+            backend_load_attempts: Family::default(),
+            backend_available: Family::default(),
             bpf_last_seen: Mutex::new(HashMap::new()),
             registry: Registry::default(),
         };
@@ -167,6 +171,17 @@ impl Metrics {
             "bpf_program_runs",
             "Times the kernel ran each BPF program (kernel.bpf_stats_enabled)",
             m.bpf_run_count.clone(),
+        );
+        registry.register(
+            "backend_load_attempts",
+            "Loads of a backend the probe found the kernel can serve, by behavior and result \
+             (a failed one is retried with backoff until it loads)",
+            m.backend_load_attempts.clone(),
+        );
+        registry.register(
+            "backend_available",
+            "1 while a backend is loaded and enforcing, 0 while it is not (see backend_load_attempts)",
+            m.backend_available.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -314,6 +329,20 @@ impl Metrics {
             self.bpf_program_ran(name, d_ns, d_cnt);
             last_seen.insert(name.to_string(), (run_time_ns, run_cnt));
         }
+    }
+
+    /// A load of `behavior`'s backend ended with `result`.
+    pub fn backend_load_attempt(&self, behavior: BackendBehavior, result: BackendLoadResult) {
+        self.backend_load_attempts
+            .get_or_create(&BackendLoadLabels::new(behavior, result))
+            .inc();
+    }
+
+    /// Whether `behavior`'s backend is loaded now.
+    pub fn set_backend_available(&self, behavior: BackendBehavior, available: bool) {
+        self.backend_available
+            .get_or_create(&BackendLabels::new(behavior))
+            .set(i64::from(available));
     }
 
     /// Declares `source` so it is exported (at 0) before its first event.
