@@ -11,12 +11,14 @@
 mod disclosure;
 mod observe;
 mod policies;
+mod recover;
 mod reports;
 
 pub use observe::{
     denial_event, dns_event, exec_events, ExecGate, Plane, DENIALS_SOURCE, DNS_SOURCE,
     EGRESS_SOURCE, EXEC_TRACE_SOURCE, OPENEXEC_SOURCE,
 };
+pub use recover::{Late, LateSlot};
 
 use super::convert;
 use super::data::Fetcher;
@@ -192,6 +194,14 @@ pub struct Engine {
     /// Told what the pod watch sees, so a pod deleted before its first
     /// findings are flushed still rolls up (see [`Engine::saw_pod`]).
     reporter: Option<ReporterHandle>,
+    /// Whether what a previous daemon pinned was reconciled (a backend
+    /// loaded after that reconciles its own, see `engine/recover.rs`).
+    adopted_reconciled: bool,
+    /// Service addresses the API reported while no network manager held
+    /// them, replayed into one that loads after start.
+    late_services: BTreeMap<ServiceName, Option<BTreeSet<IpAddr>>>,
+    /// Whether Services were listed while no network manager was loaded.
+    late_services_synced: bool,
 }
 
 #[derive(Default)]
@@ -277,6 +287,9 @@ impl Engine {
             protected: BTreeSet::new(),
             show_data_values: false,
             reporter: None,
+            adopted_reconciled: false,
+            late_services: BTreeMap::new(),
+            late_services_synced: false,
         }
         .with_loss_baselines()
     }
@@ -548,9 +561,14 @@ impl Engine {
     /// The API reported `service`'s addresses (`None`: it does not exist):
     /// the network manager re-programs the policies naming it.
     pub fn service_addresses(&mut self, service: ServiceName, addresses: Option<BTreeSet<IpAddr>>) {
-        if let Some(m) = self.egress.get() {
-            let done = m.set_service_addresses(service, addresses);
-            self.reprogrammed(done);
+        match self.egress.get() {
+            Some(m) => {
+                let done = m.set_service_addresses(service, addresses);
+                self.reprogrammed(done);
+            }
+            None => {
+                self.late_services.insert(service, addresses);
+            }
         }
     }
 
@@ -558,9 +576,12 @@ impl Engine {
     /// resolve from now on (until then an adopted policy keeps what it
     /// held).
     pub fn services_synced(&mut self) {
-        if let Some(m) = self.egress.get() {
-            let done = m.services_synced();
-            self.reprogrammed(done);
+        match self.egress.get() {
+            Some(m) => {
+                let done = m.services_synced();
+                self.reprogrammed(done);
+            }
+            None => self.late_services_synced = true,
         }
     }
 
@@ -701,6 +722,7 @@ impl Engine {
     /// pods have synced: anything held that no current policy wants is
     /// removed.
     pub fn reconcile_adopted(&mut self) {
+        self.adopted_reconciled = true;
         // A policy not yet evaluated (its data still being fetched, its
         // source down, its spec failing) keeps what was pinned for it.
         let pending = self.pending_policies();

@@ -32,7 +32,9 @@ mod data;
 mod data_guard;
 mod dns_resolvers;
 mod engine;
+mod load;
 mod resolve;
+mod retry;
 mod services;
 mod watches;
 
@@ -44,12 +46,7 @@ use kube::api::Api;
 use kyverno_runtime_bpf::exectrace::ExecTracer;
 use kyverno_runtime_bpf::openexec::Denial;
 use kyverno_runtime_bpf::ring::RecordReader;
-use kyverno_runtime_compat::{
-    derive_plan, Backend, Behavior, LiveHost, OpenExecBackend, Overrides, Plan, Prober,
-};
-use kyverno_runtime_enforce::egress::{EgressEnforcer, EgressManager};
-use kyverno_runtime_enforce::lsm;
-use kyverno_runtime_enforce::openexec::OpenExecManager;
+use kyverno_runtime_compat::OpenExecBackend;
 use kyverno_runtime_metrics::{DropReason, SourceFailureReason};
 use kyverno_runtime_metrics::{Health, Metrics};
 use kyverno_runtime_plane::{Collector, Index, Monitor, PollSource, RingSource};
@@ -79,29 +76,6 @@ fn protected_namespaces(args: &DaemonArgs) -> std::collections::BTreeSet<String>
         .filter(|n| !n.is_empty())
         .chain(args.pod_namespace.clone())
         .collect()
-}
-
-/// Declares `--dns-resolvers` to the egress filter, saying in the log
-/// what was declared, what `auto` skipped, and when nothing is (domains
-/// then learn nothing).
-fn declare_dns_resolvers(m: &engine::Egress, specs: &[dns_resolvers::DnsResolver]) {
-    let declared = dns_resolvers::declare(specs, std::path::Path::new("/etc/resolv.conf"));
-    for why in &declared.skipped {
-        tracing::warn!(skipped = %why, "--dns-resolvers: not declared");
-    }
-    let list = declared
-        .addrs
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    match m.backend().kernel().filter().set_dns_resolvers(&declared.addrs) {
-        Ok(()) if declared.addrs.is_empty() => tracing::warn!(
-            "no DNS resolver is declared (--dns-resolvers): policies naming domains learn no addresses on this node"
-        ),
-        Ok(()) => tracing::info!(resolvers = %list, "DNS answers teach domain addresses only from these resolvers, to questions pods asked them"),
-        Err(e) => tracing::error!(error = %e, resolvers = %list, "declaring the DNS resolvers failed: policies naming domains learn no addresses on this node"),
-    }
 }
 
 /// A `--data-http-allow` prefix: an address or CIDR.
@@ -294,168 +268,6 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(run_async(args, metrics_addr))
 }
 
-/// What the kernel gave us: the plan and the two backends.
-struct Loaded {
-    plan: Plan,
-    openexec: Slot<engine::OpenExec>,
-    egress: Slot<engine::Egress>,
-    protocol: Slot<engine::Protocol>,
-    dns: Slot<engine::Dns>,
-    dns_reader: Option<kyverno_runtime_bpf::dns::DnsReader>,
-    /// The open/exec programs' refusal records, or why there are none.
-    denials: Result<RecordReader<Denial>, String>,
-    /// The exec tracer, or why there is none (and what kind of failure).
-    tracer: Result<ExecTracer, (SourceFailureReason, String)>,
-    /// Why open/exec runs on another backend than the plan's, if it does.
-    fallback: Option<String>,
-}
-
-fn load_backends(args: &DaemonArgs) -> Loaded {
-    let overrides = Overrides {
-        open_exec: args.open_exec,
-    };
-    let measurements = Prober::new(LiveHost).measurements().clone();
-    let plan = derive_plan(&measurements, &overrides);
-    for behavior in Behavior::ALL {
-        let e = plan.entry(behavior);
-        tracing::info!(behavior = behavior.name(), backend = e.backend.id(), available = e.available, reason = %e.reason, "backend plan");
-    }
-    if args.bpf_stats {
-        if let Err(e) = kyverno_runtime_bpf::openexec::enable_bpf_stats(true) {
-            tracing::warn!(error = %e, "could not enable kernel.bpf_stats_enabled");
-        }
-    }
-    let open = plan.entry(Behavior::Open);
-    let net = plan.entry(Behavior::Network);
-    // The pin directory is marked as the daemon's before either pinned
-    // backend creates anything in it (and refused if it cannot be).
-    let pin_root = if open.available || net.available {
-        claim_pin_dir(&args.pin_dir)
-    } else {
-        Ok(())
-    };
-    let mut fallback = None;
-    let openexec = if !open.available {
-        Slot::Unavailable(open.reason.clone())
-    } else {
-        let pins = args.pin_dir.join(kyverno_runtime_bpf::pins::OPENEXEC_DIR);
-        match pin_root.clone().and_then(|()| {
-            lsm::load_planned(open.backend, Some(&pins))
-                .map_err(|e| format!("loading {}: {e}", open.backend.id()))
-        }) {
-            Ok(loaded) => {
-                fallback = loaded.fallback.clone();
-                match OpenExecManager::new(loaded.open, loaded.exec) {
-                    Ok(m) => Slot::Ready(m),
-                    Err(e) => Slot::Unavailable(format!("reading the pinned open/exec state: {e}")),
-                }
-            }
-            Err(e) => Slot::Unavailable(e),
-        }
-    };
-    if let Slot::Unavailable(r) = &openexec {
-        tracing::error!(reason = %r, "open/exec enforcement is not available on this node");
-    }
-    let denials = match &openexec {
-        Slot::Ready(m) => m
-            .open_backend()
-            .set_denial_rate(args.denial_records_per_second)
-            .and_then(|()| m.open_backend().denial_reader())
-            .map_err(|e| format!("the refusal records: {e}")),
-        Slot::Unavailable(r) => Err(r.clone()),
-    };
-    if let Err(r) = &denials {
-        tracing::warn!(reason = %r, "per-occurrence refusal records are not available: refusals are counted only");
-    }
-    // The exec tracer needs the open/exec programs: they gate it by the
-    // same policies and hand it the paths they resolved.
-    let argv = plan.entry(Behavior::ExecArgv);
-    let tracer = match &openexec {
-        _ if !argv.available => Err((
-            SourceFailureReason::InitializationFailed,
-            argv.reason.clone(),
-        )),
-        Slot::Unavailable(r) => Err((
-            SourceFailureReason::DependencyUnavailable,
-            format!("needs the open/exec backend: {r}"),
-        )),
-        Slot::Ready(m) => m
-            .open_backend()
-            .exec_resolved_map()
-            .map_err(|e| e.to_string())
-            .and_then(|map| ExecTracer::load(Some(&map)).map_err(|e| e.to_string()))
-            .map_err(|e| (SourceFailureReason::InitializationFailed, e)),
-    };
-    if let Err((_, r)) = &tracer {
-        tracing::error!(reason = %r, "the exec tracer is not available: execs are observed without argv");
-    }
-    let egress = if !net.available {
-        Slot::Unavailable(net.reason.clone())
-    } else {
-        // Pinned like open/exec: the filter keeps dropping across a restart.
-        match pin_root.and_then(|()| {
-            EgressEnforcer::load_pinned(&args.pin_dir.join(kyverno_runtime_bpf::pins::EGRESS_DIR))
-                .and_then(EgressManager::new)
-                .map_err(|e| format!("loading the egress filter: {e}"))
-        }) {
-            Ok(m) => {
-                declare_dns_resolvers(&m, &args.dns_resolvers);
-                Slot::Ready(m)
-            }
-            Err(e) => Slot::Unavailable(e),
-        }
-    };
-    if let Slot::Unavailable(r) = &egress {
-        tracing::error!(reason = %r, "network enforcement is not available on this node");
-    }
-    // One at a time: loading a backend takes over libbpf's process-wide log
-    // callback while it runs.
-    let proto = plan.entry(Behavior::Protocol);
-    let protocol = if !proto.available {
-        Slot::Unavailable(proto.reason.clone())
-    } else {
-        match kyverno_runtime_enforce::protocol::ProtocolManager::load() {
-            Ok(m) => Slot::Ready(m),
-            Err(e) => Slot::Unavailable(format!("loading the protocol classifier: {e}")),
-        }
-    };
-    let dns_entry = plan.entry(Behavior::Dns);
-    let dns = if !dns_entry.available {
-        Slot::Unavailable(dns_entry.reason.clone())
-    } else {
-        match kyverno_runtime_enforce::dns::DnsGateManager::load() {
-            Ok(m) => Slot::Ready(m),
-            Err(e) => Slot::Unavailable(format!("loading the DNS question observer: {e}")),
-        }
-    };
-    let dns_reader = match &dns {
-        Slot::Ready(m) => match m.reader() {
-            Ok(r) => Some(r),
-            Err(e) => {
-                tracing::error!(error = %e, "opening the DNS question ring buffer failed: no dns observation");
-                None
-            }
-        },
-        Slot::Unavailable(_) => None,
-    };
-    for (what, slot) in [("protocol", protocol.reason()), ("dns", dns.reason())] {
-        if let Some(r) = slot {
-            tracing::error!(reason = %r, "{what} is not available on this node");
-        }
-    }
-    Loaded {
-        plan,
-        openexec,
-        egress,
-        protocol,
-        dns,
-        dns_reader,
-        denials,
-        tracer,
-        fallback,
-    }
-}
-
 /// What the event plane's sources are built from.
 struct Sources {
     has_openexec: bool,
@@ -566,35 +378,11 @@ fn add_sources(
     }
 }
 
-/// Marks `pin_dir` as the daemon's pin directory (creating it), or says
-/// why it cannot be one. Pins on any other filesystem fail, pins on a
-/// bpffs private to a container die with it, and pins at a bpffs root
-/// could not be told from other tools'; the chart therefore points below
-/// the host's, through PID 1's root.
-fn claim_pin_dir(pin_dir: &std::path::Path) -> Result<(), String> {
-    use kyverno_runtime_bpf::pins::{self, PinError, Refusal};
-    pins::claim(pin_dir, &pins::DAEMON).map_err(|e| match e {
-        PinError::Refused {
-            reason: Refusal::NotBpffs { .. },
-            ..
-        } => format!(
-            "--pin-dir: {e} (mount a bpffs there, or in a container reach the host's through /proc/1/root/sys/fs/bpf)"
-        ),
-        e => format!("--pin-dir: {e}"),
-    })
-}
-
 async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow::Result<ExitCode> {
-    let loaded = load_backends(&args);
+    let loaded = load::load_backends(&args);
     let mut backends = kyverno_runtime_status::backends(&loaded.plan);
     if let Some(reason) = &loaded.fallback {
-        for b in backends
-            .iter_mut()
-            .filter(|b| b.behavior == "open" || b.behavior == "exec")
-        {
-            b.backend = Backend::FmodRet.id().to_string();
-            b.reason = Some(reason.clone());
-        }
+        retry::with_fallback(&mut backends, reason);
     }
     crate::cli::input::check_kubeconfig()?;
     let client = kube::Client::try_default()
@@ -602,6 +390,14 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         .context("connecting to the API server (in-cluster config or KUBECONFIG)")?;
 
     let metrics = Arc::new(Metrics::new());
+    // A load that failed where the kernel can serve the behavior is retried
+    // (issue 25); the shard says so meanwhile.
+    let retries = retry::Retries::from_start(
+        &loaded,
+        load::LoadConfig::new(&args, &loaded.plan),
+        metrics.clone(),
+    );
+    retries.mark(&mut backends);
     let health = Arc::new(Health::new(args.drain_interval.saturating_mul(3)));
     let reports = Reports::new();
     let resolver = resolve::CgroupResolver::new(args.cgroup_root.clone())
@@ -865,6 +661,11 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
             health: health.clone(),
             data: Some(data_rx),
         };
+        let (e, stop) = (engine.clone(), stopped(stop_rx.clone()));
+        tasks.spawn(async move {
+            retries.run(e, stop).await;
+            ("backend retries", Ok(()))
+        });
         let stop = stopped(stop_rx.clone());
         tasks.spawn(async move {
             let r = watches.run(engine, stop).await;
