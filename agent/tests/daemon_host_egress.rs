@@ -534,3 +534,159 @@ fn an_uninstall_removes_only_the_daemons_pins_and_logs_what_it_kept() {
     left.sort();
     assert_eq!(left, ["egress", "egress/maps", "egress/maps/other_tool"]);
 }
+
+/// Issue 25, point 1: a backend the kernel can serve but whose load failed
+/// is retried. The pin directory's parent is a plain directory of the
+/// test's when the daemon starts (the claim refuses it: not a bpffs), so
+/// network enforcement is unavailable and the shard and /metrics say why;
+/// once the test mounts a bpffs there, the next retry loads the egress
+/// filter, the deny is programmed into it and the pod's cgroup bound, and
+/// a denied connect from that cgroup is dropped, with the daemon running
+/// throughout.
+#[test]
+fn a_network_backend_that_failed_to_load_is_retried_until_it_loads() {
+    const NODE: &str = "host-retry-node";
+    const NS: &str = "host-retry";
+    let cluster = cluster();
+    let dir = tempdir();
+    namespace(cluster, NS, "team: retry");
+    apply(
+        cluster,
+        "apiVersion: runtime.nirmata.io/v1alpha1\nkind: RuntimePolicy\nmetadata:\n  name: host-retry-net\nspec:\n  mode: enforce\n  podSelector: {matchLabels: {app: host-retry}}\n  behaviors:\n  - network: {deny: {values: [\"127.0.0.9/32\"]}}\n",
+    );
+    force_delete_pod(cluster, NS, "host-retry");
+    let id = "7a".repeat(32);
+    let uid = running_pod(
+        cluster,
+        NS,
+        "host-retry",
+        NODE,
+        "app: host-retry",
+        &format!("containerd://{id}"),
+    );
+    let pod = HostPod::unmounted(dir.path(), &uid, &id);
+    let container = &pod.container;
+    let listener = std::net::TcpListener::bind("127.0.0.9:0").unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    assert!(connects_from(container, &target), "reachable at first");
+
+    let metrics = free_loopback();
+    let pins = pod.pins();
+    let mut daemon = Daemon::start(
+        &[
+            "--metrics-addr",
+            &metrics.to_string(),
+            "--status-interval",
+            "1s",
+            "--drain-interval",
+            "1s",
+            "--pin-dir",
+            pins.to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", NODE),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_log("pods on this node listed", Duration::from_secs(30));
+    let message = wait_for("the shard saying why", Duration::from_secs(30), || {
+        let s = shard(cluster, "host-retry-net", NODE)?;
+        (s["enforcementAvailable"] == false).then(|| s["message"].as_str().unwrap_or("").to_owned())
+    });
+    println!("before: {message}");
+    let network = wait_for(
+        "the backends entry saying why",
+        Duration::from_secs(10),
+        || {
+            let s = shard(cluster, "host-retry-net", NODE)?;
+            s["backends"]
+                .as_array()?
+                .iter()
+                .find(|b| b["behavior"] == "network")
+                .cloned()
+        },
+    );
+    assert!(
+        network["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("load failed (retrying): --pin-dir")),
+        "{network}"
+    );
+    assert!(
+        message.contains("network:") && message.contains("--pin-dir"),
+        "{message}"
+    );
+    let text = scrape(metrics).unwrap();
+    assert_eq!(
+        series(&text, &["backend_available{", "behavior=\"network\""]),
+        Some(0),
+        "{text}"
+    );
+    assert!(
+        series(
+            &text,
+            &[
+                "backend_load_attempts_total{",
+                "behavior=\"network\"",
+                "result=\"failure\""
+            ]
+        )
+        .is_some_and(|n| n >= 1),
+        "{text}"
+    );
+    assert!(connects_from(container, &target), "nothing enforced yet");
+
+    // The cause goes away: a bpffs in the test's own scratch directory.
+    pod.mount_bpffs();
+    daemon.wait_log("loaded after start", Duration::from_secs(30));
+    wait_for("the deny to take effect", Duration::from_secs(15), || {
+        (!connects_from(container, &target)).then_some(())
+    });
+    println!(
+        "{target} dropped from {} after the retry",
+        container.display()
+    );
+    let text = wait_for("the metrics to say so", Duration::from_secs(10), || {
+        let text = scrape(metrics)?;
+        (series(&text, &["backend_available{", "behavior=\"network\""]) == Some(1)).then_some(text)
+    });
+    assert_eq!(
+        series(
+            &text,
+            &[
+                "backend_load_attempts_total{",
+                "behavior=\"network\"",
+                "result=\"success\""
+            ]
+        ),
+        Some(1),
+        "{text}"
+    );
+    let after = wait_for(
+        "the shard to say it is enforced",
+        Duration::from_secs(30),
+        || {
+            let s = shard(cluster, "host-retry-net", NODE)?;
+            (s["enforcementAvailable"] == true).then_some(s)
+        },
+    );
+    println!("after: {after}");
+    let network = after["backends"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["behavior"] == "network"))
+        .cloned()
+        .unwrap();
+    assert!(network["reason"].is_null(), "{network}");
+    // One reason, logged once; its repeats only at debug.
+    let log = daemon.log();
+    let count = |needle: &str| log.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("failed to load: retrying with backoff"), 1);
+    assert_eq!(count("for a new reason"), 0);
+    let (status, _, _) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success(), "the daemon ran until told to stop");
+    cluster
+        .kubectl_ok(&["delete", "rpol", "host-retry-net"])
+        .unwrap();
+    force_delete_pod(cluster, NS, "host-retry");
+    drop(listener);
+}

@@ -51,14 +51,16 @@ impl HostPod {
     /// Mounts a bpffs at `dir/bpffs` and creates the cgroup of container
     /// `container_id` of the pod whose uid is `pod_uid`.
     pub fn new(dir: &Path, pod_uid: &str, container_id: &str) -> HostPod {
+        let pod = HostPod::unmounted(dir, pod_uid, container_id);
+        pod.mount_bpffs();
+        pod
+    }
+
+    /// As [`HostPod::new`], but `dir/bpffs` is left a plain directory
+    /// until [`HostPod::mount_bpffs`] (a pin directory not yet usable).
+    pub fn unmounted(dir: &Path, pod_uid: &str, container_id: &str) -> HostPod {
         let bpffs = dir.join("bpffs");
         std::fs::create_dir_all(&bpffs).unwrap();
-        assert!(Command::new("mount")
-            .args(["-t", "bpf", "bpf"])
-            .arg(&bpffs)
-            .status()
-            .unwrap()
-            .success());
         let root = cgroup2_root();
         let pod_dir = root.join(format!("kubepods/besteffort/pod{pod_uid}"));
         let container = pod_dir.join(container_id);
@@ -79,6 +81,16 @@ impl HostPod {
             bpffs,
             created,
         }
+    }
+
+    /// Mounts a bpffs at `dir/bpffs` (the test's own scratch directory).
+    pub fn mount_bpffs(&self) {
+        assert!(Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(&self.bpffs)
+            .status()
+            .unwrap()
+            .success());
     }
 
     /// The daemon's `--pin-dir`.
