@@ -138,6 +138,12 @@ fn plane() -> Plane {
                 (1_000 + 2 * p as u64, "app".into()),
                 (1_001 + 2 * p as u64, "sidecar".into()),
             ]),
+            container_ids: BTreeMap::from([
+                ("app".into(), format!("containerd://app-{p}")),
+                ("sidecar".into(), format!("containerd://sidecar-{p}")),
+            ]),
+            node_name: "node-1".into(),
+            service_account: format!("app-{}", p % APPS),
             version: 0,
         });
     }

@@ -178,6 +178,15 @@ pub struct PodRef {
     pub owner_name: Option<String>,
     /// The pod's containers by cgroup id.
     pub containers: BTreeMap<u64, String>,
+    /// The containers' runtime ids by container name, as the pod's
+    /// container statuses write them (`containerd://<id>`): the Go
+    /// original's `event.pod.containerID`.
+    pub container_ids: BTreeMap<String, String>,
+    /// The node the pod runs on (`spec.nodeName`); empty when unknown.
+    pub node_name: String,
+    /// The pod's service account (`spec.serviceAccountName`); empty when
+    /// unknown.
+    pub service_account: String,
     /// Bumped by the index on every change of this pod (a relabel), so a
     /// cache keyed by uid can tell an old view from a new one.
     pub version: u64,
@@ -243,6 +252,17 @@ impl Event {
             .as_ref()?
             .containers
             .get(&cgroup)
+            .map(String::as_str)
+    }
+
+    /// The runtime id of the container the event's cgroup belongs to, as
+    /// its container status writes it, once attributed.
+    pub fn container_id(&self) -> Option<&str> {
+        let name = self.container()?;
+        self.pod
+            .as_ref()?
+            .container_ids
+            .get(name)
             .map(String::as_str)
     }
 }

@@ -4,11 +4,15 @@
 //! The expressions were type-checked at compile time against the `event`
 //! schema ([`kyverno_runtime_policy::cel::event_type`]); here they are
 //! evaluated against [`event_value`], the same shape built from an
-//! [`Event`]: `kind`, `pod` (namespace, name, uid, labels), `comm`, `pid`,
-//! `cgroupId`, `count`, and the one object of its kind (`open`, `exec`,
-//! `net`, `dns`, `protocol`), whose presence is the `has()` guard. A field
-//! the event does not know (a counter has no pid) is absent, so `has()`
-//! tells.
+//! [`Event`], field for field the Go original's (`NewFilterActivation`):
+//! `kind`, `time`, `comm`, `pid`, `count`, `kernelDenied`, `wouldDeny`,
+//! `pod` (namespace, name, uid, container, containerID, ownerKind,
+//! ownerName, nodeName, serviceAccount, labels), and the one object of its
+//! kind (`open`, `exec`, `net`, `dns`, `protocol`), whose presence is the
+//! `has()` guard. As there, a value the event does not know is the empty
+//! one (`""`, `0`): a counter has no process, so its `comm` is `""` and its
+//! `pid` 0. Ours besides: `cgroupId` and `net.destPort`, present only when
+//! known (`has()` tells).
 //!
 //! Expressions are ANDed in order and stop at the first `false`. An
 //! evaluation error or a non-bool result does not suppress the finding: it
@@ -23,6 +27,7 @@ use kyverno_runtime_policy::cel::eval::{base_context, evaluate};
 use kyverno_runtime_policy::compile::CompiledFilter;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 fn s(v: &str) -> Value {
     Value::String(Arc::new(v.to_string()))
@@ -36,21 +41,72 @@ fn map(entries: Vec<(&str, Value)>) -> Value {
     Value::Map(Map { map: Arc::new(map) })
 }
 
-/// The `event` object of `event`, attributed to `pod`.
-pub fn event_value(event: &Event, pod: &PodRef) -> Value {
+/// `t` as a CEL timestamp (UTC). A time before the epoch or past what a
+/// timestamp holds reads as the epoch: an event's time is its arrival or
+/// drain, so neither happens.
+fn timestamp(t: SystemTime) -> Value {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let at = i64::try_from(since.as_secs())
+        .ok()
+        .and_then(|secs| chrono::DateTime::from_timestamp(secs, since.subsec_nanos()))
+        .unwrap_or_default();
+    Value::Timestamp(at.fixed_offset())
+}
+
+/// The `event` object of `event`, attributed to `pod`. `would_deny` is the
+/// monitor's counterfactual, set by the caller as the Go original's monitor
+/// sets it: on a monitor policy's finding, never on a dns one.
+pub fn event_value(event: &Event, pod: &PodRef, would_deny: bool) -> Value {
     let labels: HashMap<Key, Value> = pod
         .labels
         .iter()
         .map(|(k, v)| (Key::String(Arc::new(k.clone())), s(v)))
         .collect();
+    // The container of the event's cgroup; "" when the cgroup is not one
+    // of the pod's (a pod-uid or PID attribution knows no container).
+    let container = event
+        .cgroup
+        .and_then(|c| pod.containers.get(&c))
+        .map(String::as_str)
+        .unwrap_or_default();
+    let container_id = pod
+        .container_ids
+        .get(container)
+        .map(String::as_str)
+        .unwrap_or_default();
+    let (comm, pid) = match &event.process {
+        Some(p) => (p.comm.as_str(), i64::from(p.pid)),
+        None => ("", 0),
+    };
     let mut fields = vec![
         ("kind", s(event.kind().as_str())),
+        ("time", timestamp(event.time)),
+        ("comm", s(comm)),
+        ("pid", Value::Int(pid)),
+        (
+            "count",
+            Value::Int(i64::try_from(event.count).unwrap_or(i64::MAX)),
+        ),
+        ("kernelDenied", Value::Bool(event.kernel_denied())),
+        ("wouldDeny", Value::Bool(would_deny)),
         (
             "pod",
             map(vec![
                 ("namespace", s(&pod.namespace)),
                 ("name", s(&pod.name)),
                 ("uid", s(&pod.uid)),
+                ("container", s(container)),
+                ("containerID", s(container_id)),
+                (
+                    "ownerKind",
+                    s(pod.owner_kind.as_deref().unwrap_or_default()),
+                ),
+                (
+                    "ownerName",
+                    s(pod.owner_name.as_deref().unwrap_or_default()),
+                ),
+                ("nodeName", s(&pod.node_name)),
+                ("serviceAccount", s(&pod.service_account)),
                 (
                     "labels",
                     Value::Map(Map {
@@ -59,12 +115,7 @@ pub fn event_value(event: &Event, pod: &PodRef) -> Value {
                 ),
             ]),
         ),
-        ("count", Value::UInt(event.count)),
     ];
-    if let Some(p) = &event.process {
-        fields.push(("comm", s(&p.comm)));
-        fields.push(("pid", Value::Int(i64::from(p.pid))));
-    }
     if let Some(c) = event.cgroup {
         fields.push(("cgroupId", Value::UInt(c)));
     }
@@ -81,24 +132,22 @@ pub fn event_value(event: &Event, pod: &PodRef) -> Value {
             ]),
         ),
         Facts::Net { dest, port, names } => {
-            let mut net = vec![("destIP", s(&dest.to_string()))];
+            // The filter API has one name: the first known, "" for none.
+            let domain = names.first().map(String::as_str).unwrap_or_default();
+            let mut net = vec![("destIP", s(&dest.to_string())), ("domain", s(domain))];
             if let Some(p) = port {
                 net.push(("destPort", Value::Int(i64::from(*p))));
-            }
-            // The filter API has one name: the first known.
-            if let Some(d) = names.first() {
-                net.push(("domain", s(d)));
             }
             ("net", map(net))
         }
         Facts::Dns { qname } => ("dns", map(vec![("qname", s(qname))])),
-        Facts::Protocol { protocol, alpn } => {
-            let mut p = vec![("protocol", s(protocol))];
-            if let Some(a) = alpn {
-                p.push(("alpn", s(a)));
-            }
-            ("protocol", map(p))
-        }
+        Facts::Protocol { protocol, alpn } => (
+            "protocol",
+            map(vec![
+                ("protocol", s(protocol)),
+                ("alpn", s(alpn.as_deref().unwrap_or_default())),
+            ]),
+        ),
     };
     fields.push(fact);
     map(fields)

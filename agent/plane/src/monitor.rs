@@ -20,7 +20,8 @@
 //!   that another policy's allow lifted is not named for a refusal an
 //!   explicit deny made;
 //! - a **dns** question is judged by the name matcher and graded as an
-//!   advisory finding (never "would have been denied");
+//!   advisory finding (never "would have been denied": `event.wouldDeny`
+//!   is false), if the policy's monitorFilter lets it through;
 //! - while a policy is reprogrammed, the kernel may refuse by its old
 //!   lists or its new ones: the engine stages the new form before the
 //!   kernel changes ([`Monitor::stage_policy`]), the old one stays beside it
@@ -416,6 +417,27 @@ impl Monitor {
         })
     }
 
+    /// Whether `policy`'s monitorFilter lets the finding on `event`
+    /// through; `value` is the event's `event` object, built on first use
+    /// with `would_deny`.
+    fn admits(
+        &self,
+        policy: &MonitorPolicy,
+        event: &Event,
+        pod: &PodRef,
+        value: &mut Option<cel::Value>,
+        would_deny: bool,
+    ) -> bool {
+        if policy.filters.is_empty() {
+            return true;
+        }
+        let value = value.get_or_insert_with(|| event_value(event, pod, would_deny));
+        let mut errors = Vec::new();
+        let pass = FILTER_CONTEXT.with(|ctx| passes(&policy.filters, ctx, value, &mut errors));
+        self.filter_errors(policy, errors, &event.facts);
+        pass
+    }
+
     fn filter_errors(&self, policy: &MonitorPolicy, errors: Vec<FilterError>, facts: &Facts) {
         for e in errors {
             if let Some(m) = &self.metrics {
@@ -484,7 +506,9 @@ impl Sink for Monitor {
         let kind = event.kind();
         let kernel_denied = event.kernel_denied();
         let mut explained = false;
-        // Built at most once per event, and only for a filter.
+        // Built at most once per event, and only for a filter (a dns
+        // question takes only the advisory path, anything else only the
+        // counterfactual one, so one `wouldDeny` per event).
         let mut filter_event = None;
         // The enforce policies with a behavior of the kind, and what their
         // lists say: a kernel refusal is theirs to share by the rule.
@@ -511,7 +535,10 @@ impl Sink for Monitor {
                     continue;
                 };
                 let v = m.judge(qname);
-                if v.reported() {
+                // Advisory: no enforcing form would have blocked a
+                // question, so, as in the Go original, `wouldDeny` is
+                // false, and the filter narrows it all the same.
+                if v.reported() && self.admits(policy, event, pod, &mut filter_event, false) {
                     let decision = (v == NameVerdict::Denied).then_some(report::Decision::Denied);
                     self.emit(policy, event, pod, false, decision);
                 }
@@ -529,17 +556,11 @@ impl Sink for Monitor {
                 }
                 RuntimePolicyMode::Monitor if !verdict.refused() => {}
                 RuntimePolicyMode::Monitor => {
-                    if !policy.filters.is_empty() {
-                        let value = filter_event.get_or_insert_with(|| event_value(event, pod));
-                        let mut errors = Vec::new();
-                        let pass = FILTER_CONTEXT
-                            .with(|ctx| passes(&policy.filters, ctx, value, &mut errors));
-                        self.filter_errors(policy, errors, &event.facts);
-                        if !pass {
-                            continue;
-                        }
+                    // The counterfactual: an enforcing form of this policy
+                    // would have denied it (`wouldDeny`).
+                    if self.admits(policy, event, pod, &mut filter_event, true) {
+                        self.emit(policy, event, pod, false, decision_of(verdict));
                     }
-                    self.emit(policy, event, pod, false, decision_of(verdict));
                 }
             }
         }

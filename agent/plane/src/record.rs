@@ -184,6 +184,20 @@ pub struct RecordedPod {
     /// The containers by cgroup id (JSON object keys are strings: `"42"`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub containers: BTreeMap<u64, String>,
+    /// The containers' runtime ids by container name
+    /// (`{"app": "containerd://…"}`).
+    #[serde(
+        default,
+        rename = "containerIDs",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub container_ids: BTreeMap<String, String>,
+    /// The node it runs on.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub node_name: String,
+    /// Its service account.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub service_account: String,
 }
 
 impl From<&PodRef> for RecordedPod {
@@ -196,6 +210,9 @@ impl From<&PodRef> for RecordedPod {
             owner_kind: p.owner_kind.clone(),
             owner_name: p.owner_name.clone(),
             containers: p.containers.clone(),
+            container_ids: p.container_ids.clone(),
+            node_name: p.node_name.clone(),
+            service_account: p.service_account.clone(),
         }
     }
 }
@@ -210,6 +227,9 @@ impl From<RecordedPod> for PodRef {
             owner_kind: p.owner_kind,
             owner_name: p.owner_name,
             containers: p.containers,
+            container_ids: p.container_ids,
+            node_name: p.node_name,
+            service_account: p.service_account,
             version: 0,
         }
     }
@@ -434,6 +454,9 @@ mod tests {
             owner_kind: Some("Deployment".into()),
             owner_name: Some("web".into()),
             containers: BTreeMap::from([(42, "app".into())]),
+            container_ids: BTreeMap::from([("app".into(), "containerd://abc".into())]),
+            node_name: "node-1".into(),
+            service_account: "web".into(),
             version: 0,
         });
         let facts = [

@@ -257,7 +257,7 @@ fn monitor_filter_expressions_short_circuit_and_an_error_reports_anyway() {
         "monitorFilter": {"expressions": [
             {"name": "only-exec", "expression": "has(event.exec)"},
             {"name": "not-health", "expression": "!event.exec.argv.exists(a, a == '--health')"},
-            {"name": "pid-positive", "expression": "event.pid > 0"}
+            {"name": "argv0", "expression": "event.exec.argv[0] != ''"}
         ]}}),
     ));
     let web = pod(&[]);
@@ -275,8 +275,8 @@ fn monitor_filter_expressions_short_circuit_and_an_error_reports_anyway() {
     assert!(findings.take().is_empty());
     m.handle(&exec("/bin/sh", &["sh", "-c", "id"], &web));
     assert_eq!(findings.take().len(), 1);
-    // A counter event has no pid: `event.pid` fails to evaluate, and the
-    // finding is reported anyway and the error counted.
+    // A counter event has no argv: `event.exec.argv[0]` fails to evaluate,
+    // and the finding is reported anyway and the error counted.
     let mut counted = exec("/bin/ls", &[], &web);
     counted.process = None;
     counted.count = 5;
@@ -286,7 +286,7 @@ fn monitor_filter_expressions_short_circuit_and_an_error_reports_anyway() {
     assert_eq!(got[0].count, 5);
     let text = metrics.encode();
     assert!(
-        text.contains(r#"nirmata_runtime_monitor_filter_eval_errors_total{policy="filtered",expression="pid-positive"} 1"#),
+        text.contains(r#"nirmata_runtime_monitor_filter_eval_errors_total{policy="filtered",expression="argv0"} 1"#),
         "{text}"
     );
 }
@@ -301,7 +301,7 @@ fn no_monitor_filter_expression_text_reaches_a_metric() {
     let (m, findings, metrics) = monitor();
     // Each type-checks and fails at run time, on one event or the other.
     let texts = [
-        "event.pid > 0 || 'ghp_zz1SecretInTheFilter' == 'x'",
+        "event.exec.argv[size(event.exec.argv)] == 'ghp_zz1SecretInTheFilter'",
         "event.exec.argv[7] == 'zz2_argv_marker'",
         "1 / (size(event.exec.argv) - size(event.exec.argv)) == size('zz3_div_marker')",
         "int('zz4-not-a-number') > 0",
