@@ -84,6 +84,16 @@ struct TestPod {
     /// this pod's.
     #[serde(default)]
     containers: BTreeMap<String, u64>,
+    /// Container name to the runtime id its status writes
+    /// (`containerd://<id>`): `event.pod.containerID`.
+    #[serde(default, rename = "containerIDs")]
+    container_ids: BTreeMap<String, String>,
+    /// `spec.nodeName`: `event.pod.nodeName`.
+    #[serde(default)]
+    node_name: String,
+    /// `spec.serviceAccountName`: `event.pod.serviceAccount`.
+    #[serde(default)]
+    service_account: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -404,6 +414,9 @@ fn load(test: &TestFile, dir: &Confined) -> Result<LoadedTest, Vec<String>> {
                 .iter()
                 .map(|(name, id)| (*id, name.clone()))
                 .collect(),
+            container_ids: p.container_ids.clone(),
+            node_name: p.node_name.clone(),
+            service_account: p.service_account.clone(),
             version: 0,
         });
     }

@@ -111,6 +111,43 @@ pub fn owner(pod: &Pod) -> Option<(String, String)> {
     Some((first.kind.clone(), first.name.clone()))
 }
 
+/// The node `pod` is scheduled on (`spec.nodeName`); empty when unset.
+pub fn node_name(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+/// `pod`'s service account (`spec.serviceAccountName`); empty when unset,
+/// as the Go original reads it (the admission default is already in it).
+pub fn service_account(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_default()
+}
+
+/// The containers' runtime ids by container name, as the pod's container
+/// statuses write them (`containerd://<id>`): what the Go original names
+/// `event.pod.containerID` (init and ephemeral containers included, which
+/// it leaves out, since a cgroup of theirs is the pod's as well).
+pub fn container_ids(pod: &Pod) -> BTreeMap<String, String> {
+    let Some(status) = pod.status.as_ref() else {
+        return BTreeMap::new();
+    };
+    [
+        &status.container_statuses,
+        &status.init_container_statuses,
+        &status.ephemeral_container_statuses,
+    ]
+    .into_iter()
+    .flatten()
+    .flatten()
+    .filter_map(|c| Some((c.name.clone(), c.container_id.clone()?)))
+    .collect()
+}
+
 /// Parses a Go duration as Kubernetes writes one (`metav1.Duration`:
 /// `30s`, `1m30s`, `500ms`, `1.5h`), which is also what the flags take.
 /// Zero and negative durations are refused: an interval of zero would spin.

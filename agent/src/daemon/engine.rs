@@ -104,6 +104,11 @@ struct PodState {
     /// The owner findings name ([`convert::owner`]: a Deployment for its
     /// ReplicaSet's pods), as the pod claims it (unverified).
     owner: Option<(String, String)>,
+    /// What a monitorFilter's `event.pod` also reads: `spec.nodeName`,
+    /// `spec.serviceAccountName`, and the containers' runtime ids.
+    node_name: String,
+    service_account: String,
+    container_ids: BTreeMap<String, String>,
     cgroups: PodCgroups,
 }
 
@@ -430,6 +435,9 @@ impl Engine {
             name,
             labels: convert::labels(pod),
             owner,
+            node_name: convert::node_name(pod),
+            service_account: convert::service_account(pod),
+            container_ids: convert::container_ids(pod),
             cgroups,
         };
         let unchanged = before.as_ref() == Some(&(state.labels.clone(), state.cgroups.ids()));

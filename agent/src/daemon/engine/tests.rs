@@ -287,6 +287,9 @@ fn pod_with_cgroups(e: &mut Engine, ns: &str, name: &str, labels: &[(&str, &str)
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             owner: None,
+            node_name: String::new(),
+            service_account: String::new(),
+            container_ids: BTreeMap::new(),
             cgroups: PodCgroups {
                 names: ids.iter().map(|id| (*id, format!("c{id}"))).collect(),
                 containers,
@@ -518,7 +521,11 @@ fn a_deployments_pod_is_attributed_to_the_deployment() {
                      "labels": {"app": "web", "pod-template-hash": "5d9c8"},
                      "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                          "name": "web-5d9c8", "uid": "rs", "controller": true}]},
-        "status": {"phase": "Running"}
+        "spec": {"nodeName": "node-1", "serviceAccountName": "web-sa",
+                 "containers": [{"name": "app", "image": "x"}]},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "app", "image": "x",
+            "imageID": "", "ready": true, "restartCount": 0,
+            "containerID": "containerd://4f1c"}]}
     }))
     .unwrap_or_else(|e| panic!("{e}"));
     e.apply_pod(&pod);
@@ -531,6 +538,16 @@ fn a_deployments_pod_is_attributed_to_the_deployment() {
     assert_eq!(
         (indexed.owner_kind.as_deref(), indexed.owner_name.as_deref()),
         (Some("Deployment"), Some("web"))
+    );
+    // What a monitorFilter's `event.pod` reads besides (the Go original's
+    // fields), from the pod watch alone.
+    assert_eq!(
+        (indexed.node_name.as_str(), indexed.service_account.as_str()),
+        ("node-1", "web-sa")
+    );
+    assert_eq!(
+        indexed.container_ids.get("app").map(String::as_str),
+        Some("containerd://4f1c")
     );
 }
 
