@@ -321,17 +321,7 @@ struct Expected {
 
 /// Every example that is not accepted by both. See
 /// agent/tests/go_original_examples/README.md.
-const EXPECTED: &[Expected] = &[Expected {
-    file: "agent/tests/go_original_examples/blocklist-from-json.yaml",
-    check: Some("variables.blocklist: expression has type dyn; a variable must be list(string)"),
-    server: None,
-    why: "KNOWN BUG (reported, issue 30 point 4): our CEL checker requires every spec.variables \
-          expression to be list(string); the Go original gives a variable its expression's own \
-          type (pkg/compiler/compiler.go compileVariables: registerField(name, \
-          ast.OutputType())), so its documented json.unmarshal(...) variable, indexed and \
-          coerced with .map(x, string(x)) in the behavior, compiles there and not here. The \
-          API server does not check CEL, so it admits the policy",
-}];
+const EXPECTED: &[Expected] = &[];
 
 /// The documents of a YAML file that are RuntimePolicies, and whether the
 /// file holds anything else.

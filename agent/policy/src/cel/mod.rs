@@ -253,7 +253,12 @@ pub struct CheckedExpr {
 pub enum Purpose {
     /// A behavior's allow/deny expression: `list(string)`.
     Behavior,
-    /// A `spec.variables` expression: `list(string)`.
+    /// A `spec.variables` expression: any type, which is then the type of
+    /// `variables.<name>` (the Go original's compiler registers each
+    /// variable with its expression's output type, and its documented
+    /// examples rely on it: a variable holding a fetched JSON document,
+    /// converted where a behavior uses it). The behavior using it must
+    /// still be `list(string)`.
     Variable,
     /// A monitorFilter expression: `bool`.
     MonitorFilter,
@@ -268,11 +273,12 @@ impl Purpose {
         }
     }
 
-    /// The type an expression for this purpose must have.
-    pub fn required(self) -> Type {
+    /// The type an expression for this purpose must have; `None`: any.
+    pub fn required(self) -> Option<Type> {
         match self {
-            Purpose::Behavior | Purpose::Variable => Type::list(Type::String),
-            Purpose::MonitorFilter => Type::Bool,
+            Purpose::Behavior => Some(Type::list(Type::String)),
+            Purpose::Variable => None,
+            Purpose::MonitorFilter => Some(Type::Bool),
         }
     }
 }
@@ -406,27 +412,27 @@ fn check_here(source: &str, env: &Env) -> Result<CheckedExpr, Vec<CheckError>> {
 }
 
 /// Checks `source` for `purpose`: its type must be exactly
-/// [`Purpose::required`] (cel-go's `IsExactType`, so `list(dyn)` and `dyn`
-/// are refused).
+/// [`Purpose::required`] where there is one (cel-go's `IsExactType`, so
+/// `list(dyn)` and `dyn` are refused).
 pub fn check_for(
     source: &str,
     env: &Env,
     purpose: Purpose,
 ) -> Result<CheckedExpr, Vec<CheckError>> {
     let checked = check(source, env)?;
-    let required = purpose.required();
+    let Some(required) = purpose.required() else {
+        return Ok(checked);
+    };
     if checked.ty.is_exact(&required) {
         return Ok(checked);
     }
     let hint = match (&checked.ty, purpose) {
         (Type::Dyn, Purpose::MonitorFilter) => Some("coerce with bool(...) or compare it".into()),
         (Type::Dyn, _) => Some("coerce with .map(x, string(x))".into()),
-        (Type::List(_), Purpose::Behavior | Purpose::Variable) => {
+        (Type::List(_), Purpose::Behavior) => {
             Some("convert the elements with .map(x, string(x))".into())
         }
-        (Type::String, Purpose::Behavior | Purpose::Variable) => {
-            Some("wrap a single value in a list: [...]".into())
-        }
+        (Type::String, Purpose::Behavior) => Some("wrap a single value in a list: [...]".into()),
         _ => None,
     };
     Err(whole(

@@ -196,20 +196,73 @@ behaviors:
     assert_eq!(r.behaviors[0].deny, ["a.com", "b.com"]);
 }
 
+/// A variable takes its expression's type (as the Go original's compiler
+/// registers it, issue 30); the behavior that uses it must still be
+/// `list(string)`, and is refused at its own field when it is not.
 #[test]
-fn a_non_list_variable_is_refused_with_its_path() {
+fn a_variable_has_its_expressions_type_and_the_behavior_must_be_a_list() {
     let errs = compile_errors(
         r#"
 variables:
   - {name: ok, expression: "['a']"}
-  - {name: bad, expression: "'a'"}
+  - {name: one, expression: "'a'"}
+behaviors:
+  - network: {deny: {expression: "variables.ok"}}
+  - network: {deny: {expression: "variables.one"}}
 "#,
     );
+    assert_eq!(errs.len(), 1, "{errs:?}");
     assert!(
-        errs[0]
-            .starts_with("spec.variables[1].expression: variables.bad: expression has type string"),
+        errs[0].starts_with(
+            "spec.behaviors[1].network.deny.expression: expression has type string; a behavior expression must be list(string)"
+        ) && errs[0].contains("wrap a single value in a list"),
         "{errs:?}"
     );
+}
+
+/// The Go original's documented example `blocklist-from-json` (its
+/// examples/dynamic-lists, verbatim): a variable holding a fetched JSON
+/// document (dyn), converted where the behavior reads it. It compiles and
+/// evaluates over the ConfigMap its README creates.
+#[test]
+fn the_go_originals_json_blocklist_example_compiles_and_evaluates() {
+    let compiled = CompiledPolicy::compile(&spec(
+        r#"
+mode: monitor
+evaluationInterval: 30s
+podSelector:
+  matchLabels:
+    app: json-client
+variables:
+- name: blocklist
+  expression: json.unmarshal(resource.get("v1", "configmaps", "default", "ip-blocklist-json").data["ips"])
+behaviors:
+- network:
+    deny:
+      expression: variables.blocklist["ips"].map(x, string(x))
+"#,
+    ))
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let file: crate::sources::DataFile = serde_yaml::from_str(
+        r#"
+resources:
+- apiVersion: v1
+  resource: configmaps
+  namespace: default
+  name: ip-blocklist-json
+  object:
+    apiVersion: v1
+    kind: ConfigMap
+    metadata: {name: ip-blocklist-json, namespace: default}
+    data:
+      ips: '{"ips": ["10.244.0.8", "10.96.0.0/12"]}'
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let r = compiled
+        .evaluate_with(&crate::sources::DataSet::from(&file))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(r.behaviors[0].deny, ["10.244.0.8", "10.96.0.0/12"]);
 }
 
 #[test]
