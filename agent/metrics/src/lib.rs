@@ -10,10 +10,12 @@
 //! repeated wiring cannot collide). [`serve`] exposes `/metrics` and
 //! `/healthz`; an empty address disables the endpoint, never the counters.
 
+mod api;
 mod health;
 mod labels;
 mod server;
 
+pub use api::{ApiFailure, ApiHealth, ApiResource, Outage, UNREACHABLE_AFTER};
 pub use health::{Health, Unhealthy};
 pub use labels::{
     BackendBehavior, BackendLoadResult, DropReason, EventWriteFailure, EventWriteResult,
@@ -58,6 +60,8 @@ pub struct Metrics {
     bpf_run_count: Family<ProgramLabels, Counter>,
     backend_load_attempts: Family<BackendLoadLabels, Counter>,
     backend_available: Family<BackendLabels, Gauge>,
+    /// Whether the API server answers (see [`ApiHealth`]).
+    api: ApiHealth,
     /// The kernel's cumulative (run_time_ns, run_cnt) per program name as
     /// of the last [`Metrics::record_bpf_program_stats`] call.
     bpf_last_seen: Mutex<HashMap<String, (u64, u64)>>,
@@ -91,6 +95,7 @@ impl Metrics {
             bpf_run_count: Family::default(),
             backend_load_attempts: Family::default(),
             backend_available: Family::default(),
+            api: ApiHealth::new(),
             bpf_last_seen: Mutex::new(HashMap::new()),
             registry: Registry::default(),
         };
@@ -183,6 +188,7 @@ impl Metrics {
             "1 while a backend is loaded and enforcing, 0 while it is not (see backend_load_attempts)",
             m.backend_available.clone(),
         );
+        m.api.register(&mut registry);
         Metrics { registry, ..m }
     }
 
@@ -234,6 +240,7 @@ impl Metrics {
 
     /// A Report write finished with `result`.
     pub fn report_write(&self, result: ReportWriteResult) {
+        self.api.report_write(result);
         self.report_writes
             .get_or_create(&ResultLabels::new(result))
             .inc();
@@ -242,6 +249,7 @@ impl Metrics {
     /// A status write of this node's shard failed for `reason` (the
     /// status writer's `Error::metric_label`).
     pub fn status_write_failed(&self, reason: &str) {
+        self.api.status_write_failed(reason);
         self.status_writes_failed
             .get_or_create(&ReasonLabels {
                 reason: reason.to_string(),
@@ -251,6 +259,7 @@ impl Metrics {
 
     /// A Kubernetes Event write succeeded with `result`.
     pub fn event_write(&self, result: EventWriteResult) {
+        self.api.succeeded(ApiResource::events, self.api.now());
         self.event_writes
             .get_or_create(&EventResultLabels::new(result))
             .inc();
@@ -258,6 +267,7 @@ impl Metrics {
 
     /// A Kubernetes Event write failed for `reason`, after its retries.
     pub fn event_write_failed(&self, reason: EventWriteFailure) {
+        self.api.event_write_failed(reason);
         self.event_writes_failed
             .get_or_create(&EventFailureLabels::new(reason))
             .inc();
@@ -343,6 +353,12 @@ impl Metrics {
         self.backend_available
             .get_or_create(&BackendLabels::new(behavior))
             .set(i64::from(available));
+    }
+
+    /// Whether the API server answers: every watch, write and probe
+    /// records its outcome here (the writes above do so themselves).
+    pub fn api(&self) -> &ApiHealth {
+        &self.api
     }
 
     /// Declares `source` so it is exported (at 0) before its first event.

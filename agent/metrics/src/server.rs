@@ -46,6 +46,7 @@ pub async fn serve(
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
     on_bound(listener.local_addr().map_err(ServeError::Serve)?);
+    let api = metrics.clone();
     let app = Router::new()
         .route(
             "/metrics",
@@ -57,13 +58,24 @@ pub async fn serve(
         .route(
             "/healthz",
             get(move || {
-                let health = health.clone();
+                let (health, api) = (health.clone(), api.clone());
                 async move {
+                    // An unreachable API server is said in the body but
+                    // keeps the status code: the daemon still enforces
+                    // with what the kernel holds, and a kubelet that
+                    // restarted it on a failing probe would only add a
+                    // restart (and a relist storm when the API returns)
+                    // to the outage of every node at once.
+                    let outage = api
+                        .api()
+                        .outage()
+                        .map(|o| format!("{o}\n"))
+                        .unwrap_or_default();
                     match health.check() {
-                        Ok(()) => (StatusCode::OK, "ok\n".to_string()).into_response(),
+                        Ok(()) => (StatusCode::OK, format!("ok\n{outage}")).into_response(),
                         Err(reasons) => {
                             let body: String = reasons.iter().map(|r| format!("{r}\n")).collect();
-                            (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+                            (StatusCode::SERVICE_UNAVAILABLE, body + &outage).into_response()
                         }
                     }
                 }
