@@ -27,6 +27,7 @@
 //! only when the daemon finds at shutdown that its own DaemonSet is gone
 //! (an uninstall), or by `kyverno-runtime cleanup`.
 
+mod api_health;
 pub(crate) mod convert;
 mod data;
 mod data_guard;
@@ -578,6 +579,15 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         });
     }
 
+    {
+        // Says when the API server stops answering (see api_health).
+        let (client, metrics, stop) = (client.clone(), metrics.clone(), stopped(stop_rx.clone()));
+        tasks.spawn(async move {
+            api_health::run(client, metrics, stop).await;
+            ("api health", Ok(()))
+        });
+    }
+
     let placement = match (&args.pod_namespace, &args.daemonset_name) {
         (Some(namespace), Some(daemonset)) => Some(Placement {
             namespace: namespace.clone(),
@@ -659,6 +669,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
             client: client.clone(),
             node: args.node_name.clone(),
             health: health.clone(),
+            metrics: metrics.clone(),
             data: Some(data_rx),
         };
         let (e, stop) = (engine.clone(), stopped(stop_rx.clone()));

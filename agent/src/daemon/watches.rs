@@ -18,7 +18,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::ResourceExt;
 use kyverno_runtime_api::runtimepolicy::RuntimePolicy;
-use kyverno_runtime_metrics::Health;
+use kyverno_runtime_metrics::{ApiResource, Health, Metrics};
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -42,6 +42,8 @@ pub struct Watches {
     pub node: String,
     /// Told when policies have synced.
     pub health: Arc<Health>,
+    /// Told how each watch fares (see [`super::api_health`]).
+    pub metrics: Arc<Metrics>,
     /// Policies' fetched data, handed to the engine as it arrives.
     pub data: Option<tokio::sync::mpsc::UnboundedReceiver<DataReady>>,
 }
@@ -54,6 +56,19 @@ enum Update {
     Pod(Box<Event<Pod>>),
     Service(Box<Event<Service>>),
     Slice(Box<Event<EndpointSlice>>),
+}
+
+impl Update {
+    /// The watch it came from.
+    fn resource(&self) -> ApiResource {
+        match self {
+            Update::Policy(_) => ApiResource::policies,
+            Update::Namespace(_) => ApiResource::namespaces,
+            Update::Pod(_) => ApiResource::pods,
+            Update::Service(_) => ApiResource::services,
+            Update::Slice(_) => ApiResource::endpointslices,
+        }
+    }
 }
 
 /// A relist in progress: the keys it has delivered so far, so that keys
@@ -86,28 +101,40 @@ impl Watches {
             watcher::Config::default(),
         )
         .default_backoff()
-        .map(|e| e.map(|e| Update::Policy(Box::new(e))))
+        .map(|e| {
+            e.map(|e| Update::Policy(Box::new(e)))
+                .map_err(|e| (ApiResource::policies, e))
+        })
         .boxed();
         let namespaces = watcher::watcher(
             Api::<Namespace>::all(self.client.clone()),
             watcher::Config::default(),
         )
         .default_backoff()
-        .map(|e| e.map(|e| Update::Namespace(Box::new(e))))
+        .map(|e| {
+            e.map(|e| Update::Namespace(Box::new(e)))
+                .map_err(|e| (ApiResource::namespaces, e))
+        })
         .boxed();
         let services = watcher::watcher(
             Api::<Service>::all(self.client.clone()),
             watcher::Config::default(),
         )
         .default_backoff()
-        .map(|e| e.map(|e| Update::Service(Box::new(e))))
+        .map(|e| {
+            e.map(|e| Update::Service(Box::new(e)))
+                .map_err(|e| (ApiResource::services, e))
+        })
         .boxed();
         let slices = watcher::watcher(
             Api::<EndpointSlice>::all(self.client.clone()),
             watcher::Config::default(),
         )
         .default_backoff()
-        .map(|e| e.map(|e| Update::Slice(Box::new(e))))
+        .map(|e| {
+            e.map(|e| Update::Slice(Box::new(e)))
+                .map_err(|e| (ApiResource::endpointslices, e))
+        })
         .boxed();
         let mut streams: futures::stream::SelectAll<BoxStream<'static, _>> =
             select_all([policies, namespaces, services, slices]);
@@ -122,19 +149,30 @@ impl Watches {
                 // The event plane drains the kernel one last time after
                 // this (its sources poll at stop).
                 () = &mut stop => return Ok(()),
-                item = streams.next() => match item {
-                    None => anyhow::bail!("every watch stream ended"),
-                    // kube-runtime's backoff retries; the error is worth a
-                    // line each time (a Forbidden here is an RBAC gap).
-                    Some(Err(e)) => tracing::warn!(error = %e, "watch error (retrying)"),
-                    Some(Ok(Update::Service(event))) => {
-                        hand_over(&mut lock(&engine), names.service_event(*event));
+                item = streams.next() => {
+                    if let Some(Ok(update)) = &item {
+                        // An event from a watch: it is connected.
+                        let api = self.metrics.api();
+                        api.succeeded(update.resource(), api.now());
                     }
-                    Some(Ok(Update::Slice(event))) => {
-                        hand_over(&mut lock(&engine), names.slice_event(*event));
+                    match item {
+                        None => anyhow::bail!("every watch stream ended"),
+                        // kube-runtime's backoff retries; the error is worth a
+                        // line each time (a Forbidden here is an RBAC gap).
+                        Some(Err((resource, e))) => {
+                            let kind = super::api_health::watch_failure(&e);
+                            self.metrics.api().failed(resource, kind, self.metrics.api().now());
+                            tracing::warn!(error = %e, %resource, "watch error (retrying)");
+                        }
+                        Some(Ok(Update::Service(event))) => {
+                            hand_over(&mut lock(&engine), names.service_event(*event));
+                        }
+                        Some(Ok(Update::Slice(event))) => {
+                            hand_over(&mut lock(&engine), names.slice_event(*event));
+                        }
+                        Some(Ok(update)) => apply(&mut lock(&engine), &mut relists, &mut synced, update),
                     }
-                    Some(Ok(update)) => apply(&mut lock(&engine), &mut relists, &mut synced, update),
-                },
+                }
                 () = sleep_until(due), if due.is_some() => lock(&engine).evaluate_due(std::time::Instant::now()),
                 ready = next_data(&mut data) => lock(&engine).data_ready(ready),
             }
@@ -147,7 +185,10 @@ impl Watches {
                     watcher::Config::default().fields(&format!("spec.nodeName={}", self.node)),
                 )
                 .default_backoff()
-                .map(|e| e.map(|e| Update::Pod(Box::new(e))))
+                .map(|e| {
+                    e.map(|e| Update::Pod(Box::new(e)))
+                        .map_err(|e| (ApiResource::pods, e))
+                })
                 .boxed();
                 streams.push(pods);
             }
