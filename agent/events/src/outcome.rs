@@ -74,6 +74,29 @@ pub enum WriteFailure {
 }
 
 impl WriteFailure {
+    /// Whether the API server did not answer (as opposed to refusing): the
+    /// write may succeed as is once it does, so the Event is held.
+    pub fn server_away(self) -> bool {
+        matches!(
+            self,
+            WriteFailure::Unreachable
+                | WriteFailure::Timeout
+                | WriteFailure::ServerError
+                | WriteFailure::Throttled
+        )
+    }
+
+    /// The API health's kind of this failure.
+    pub(crate) fn api_failure(self) -> kyverno_runtime_metrics::ApiFailure {
+        use kyverno_runtime_metrics::ApiFailure;
+        match self {
+            WriteFailure::Unreachable => ApiFailure::unreachable,
+            WriteFailure::Timeout => ApiFailure::timeout,
+            WriteFailure::ServerError | WriteFailure::Throttled => ApiFailure::server_error,
+            _ => ApiFailure::refused,
+        }
+    }
+
     /// The failure `error` is.
     pub fn of(error: &kube::Error) -> WriteFailure {
         match error {

@@ -25,7 +25,7 @@ use crate::outcome::{DropReason, WriteFailure, WriteResult};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kyverno_runtime_metrics::Metrics;
+use kyverno_runtime_metrics::{ApiResource, Metrics};
 use kyverno_runtime_report::{Finding, FlushHook};
 use kyverno_runtime_status::PolicyRef;
 use std::fmt;
@@ -386,29 +386,52 @@ impl Recorder {
         // Our own sender must not keep the queue open.
         drop(handle);
         tokio::pin!(shutdown);
+        let mut held = Held::new(HELD_MAX);
         loop {
-            let next = tokio::select! {
-                biased;
-                () = &mut shutdown => None,
-                next = queue.recv() => next,
+            let step = if held.is_empty() {
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => Step::Stop,
+                    next = queue.recv() => next.map_or(Step::Stop, Step::Write),
+                }
+            } else {
+                // The API server did not answer: what arrives meanwhile
+                // waits behind what is held, and the oldest is tried again
+                // when its backoff is up.
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => Step::Stop,
+                    () = tokio::time::sleep_until(held.due) => Step::Retry,
+                    next = queue.recv() => next.map_or(Step::Stop, Step::Hold),
+                }
             };
-            let Some(emission) = next else {
-                break;
+            let emission = match step {
+                Step::Stop => break,
+                Step::Hold(emission) => {
+                    held.push_back(emission, &shared);
+                    continue;
+                }
+                Step::Write(emission) => emission,
+                Step::Retry => match held.pop_front() {
+                    Some(emission) => emission,
+                    None => continue,
+                },
             };
             let write = writer.write(emission);
             tokio::pin!(write);
             tokio::select! {
                 biased;
-                () = &mut write => {}
+                outcome = &mut write => held.settle(outcome),
                 () = &mut shutdown => {
-                    return finish(&writer, &mut queue, write, shutdown_deadline, &shared).await;
+                    return finish(&writer, &mut queue, held, write, shutdown_deadline, &shared).await;
                 }
             }
         }
         finish(
             &writer,
             &mut queue,
-            std::future::ready(()),
+            held,
+            std::future::ready(None),
             shutdown_deadline,
             &shared,
         )
@@ -416,27 +439,134 @@ impl Recorder {
     }
 }
 
-/// The shutdown drain: the write `in_flight`, then what is queued, within
-/// `deadline`; what is left is counted.
+/// What the recorder's loop does next.
+enum Step {
+    /// Shut down.
+    Stop,
+    /// Write a new Event.
+    Write(Emission),
+    /// Hold a new Event behind those already held.
+    Hold(Emission),
+    /// Try the oldest held Event again.
+    Retry,
+}
+
+/// Events held at most while the API server does not answer; past it the
+/// newest is dropped and counted ([`DropReason::QueueFull`]).
+const HELD_MAX: usize = 1024;
+/// The first wait before a held Event is tried again; it doubles.
+const HOLD_FIRST_RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between tries of a held Event.
+const HOLD_MAX_RETRY: Duration = Duration::from_secs(30);
+
+/// Events whose write failed only because the API server did not answer
+/// (unreachable, timed out, 5xx or 429 on every attempt), oldest first.
+/// They are written once it answers again, in order (issue 34: an outage
+/// of the API server loses no Event); only shutdown or more than
+/// [`HELD_MAX`] of them drop any, counted.
+struct Held {
+    events: std::collections::VecDeque<Emission>,
+    max: usize,
+    /// When the oldest is tried again.
+    due: tokio::time::Instant,
+    /// The wait after the next failed try.
+    backoff: Duration,
+}
+
+impl Held {
+    fn new(max: usize) -> Self {
+        Held {
+            events: std::collections::VecDeque::new(),
+            max,
+            due: tokio::time::Instant::now(),
+            backoff: HOLD_FIRST_RETRY,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    fn pop_front(&mut self) -> Option<Emission> {
+        self.events.pop_front()
+    }
+
+    /// Holds a new Event, or drops it (counted) when [`HELD_MAX`] are held.
+    fn push_back(&mut self, emission: Emission, shared: &Shared) {
+        if self.events.len() >= self.max {
+            shared.drop_causes(DropReason::QueueFull, 1);
+            return;
+        }
+        self.events.push_back(emission);
+    }
+
+    /// What a write's outcome means for the held Events: one to hold (it
+    /// goes first again, and the next try waits longer), or a success (the
+    /// server answers: the rest are tried at once).
+    fn settle(&mut self, outcome: Option<Emission>) {
+        let now = tokio::time::Instant::now();
+        match outcome {
+            Some(emission) => {
+                if self.events.is_empty() {
+                    tracing::warn!(
+                        "the API server does not answer: Events are held and written once it does"
+                    );
+                }
+                self.events.push_front(emission);
+                self.due = now + self.backoff;
+                self.backoff = (self.backoff * 2).min(HOLD_MAX_RETRY);
+            }
+            None => {
+                if !self.events.is_empty() {
+                    tracing::debug!(
+                        held = self.events.len(),
+                        "the API server answers again: writing the held Events"
+                    );
+                }
+                self.due = now;
+                self.backoff = HOLD_FIRST_RETRY;
+            }
+        }
+    }
+}
+
+/// The shutdown drain: the write `in_flight`, then what is held, then what
+/// is queued, within `deadline` (one try each: the server had its chance);
+/// what is left is counted.
 async fn finish(
     writer: &Writer,
     queue: &mut mpsc::Receiver<Emission>,
-    in_flight: impl Future<Output = ()>,
+    mut held: Held,
+    in_flight: impl Future<Output = Option<Emission>>,
     deadline: Duration,
     shared: &Shared,
 ) {
     // From here on a hand-over fails at once (and is counted).
     queue.close();
+    let mut unwritten = 0u64;
     let drain = async {
-        in_flight.await;
+        if in_flight.await.is_some() {
+            unwritten += 1;
+        }
+        while let Some(emission) = held.pop_front() {
+            if writer.write(emission).await.is_some() {
+                unwritten += 1;
+            }
+        }
         while let Some(emission) = queue.recv().await {
-            writer.write(emission).await;
+            if writer.write(emission).await.is_some() {
+                unwritten += 1;
+            }
         }
     };
     if tokio::time::timeout(deadline, drain).await.is_err() {
         tracing::warn!(deadline = ?deadline, "Event drain ran out of time at shutdown");
     }
-    let mut left = 0u64;
+    let mut left = unwritten + u64::try_from(held.len()).unwrap_or(u64::MAX);
     while queue.try_recv().is_ok() {
         left += 1;
     }
@@ -456,24 +586,43 @@ impl Writer {
         }
     }
 
-    /// Writes one Event, retries included, within `write_timeout`.
-    async fn write(&self, emission: Emission) {
+    /// Writes one Event, retries included, within `write_timeout`. Returns
+    /// it when the write failed only because the API server did not answer
+    /// (see [`Held`]): it is to be tried again later, and is not counted
+    /// as failed (the attempt is, in the API health).
+    async fn write(&self, emission: Emission) -> Option<Emission> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), emission.namespace());
         let outcome =
             tokio::time::timeout(self.write_timeout, self.write_retrying(&api, &emission)).await;
-        let result = match outcome {
-            Ok(Ok(result)) => result,
+        let failure = match outcome {
+            Ok(Ok(result)) => {
+                self.wrote(result);
+                return None;
+            }
             Ok(Err(error)) => {
                 let failure = WriteFailure::of(&error);
-                tracing::warn!(namespace = emission.namespace(), event = emission.name(), reason = failure.as_str(), error = %error, "Event write failed");
-                WriteResult::Failed(failure)
+                if !failure.server_away() {
+                    tracing::warn!(namespace = emission.namespace(), event = emission.name(), reason = failure.as_str(), error = %error, "Event write failed");
+                }
+                failure
             }
-            Err(_) => {
-                tracing::warn!(namespace = emission.namespace(), event = emission.name(), timeout = ?self.write_timeout, "Event write timed out");
-                WriteResult::Failed(WriteFailure::Timeout)
-            }
+            Err(_) => WriteFailure::Timeout,
         };
-        self.wrote(result);
+        if failure.server_away() {
+            tracing::debug!(
+                namespace = emission.namespace(),
+                event = emission.name(),
+                reason = failure.as_str(),
+                "Event write held: the API server did not answer"
+            );
+            if let Some(metrics) = &self.metrics {
+                let api = metrics.api();
+                api.failed(ApiResource::events, failure.api_failure(), api.now());
+            }
+            return Some(emission);
+        }
+        self.wrote(WriteResult::Failed(failure));
+        None
     }
 
     async fn write_retrying(

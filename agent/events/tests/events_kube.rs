@@ -770,3 +770,96 @@ async fn a_pod_over_its_budget_is_counted_not_written() {
     );
     running.stop_dropping(7).await;
 }
+
+/// A loopback port that forwards to the API server only once `open` is
+/// set: before that, a connection is accepted and closed at once, as a
+/// server that went away leaves its clients.
+struct Relay {
+    port: u16,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(upstream: String) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let gate = Arc::clone(&open);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if !gate.load(std::sync::atomic::Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Relay { port, open, task }
+    }
+}
+
+/// Issue 34: an Event whose write fails because the API server does not
+/// answer is held and written once it answers, in order, not dropped
+/// after its retries; the outage is counted in the API health, not as a
+/// failed Event write.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_is_held_while_the_api_server_is_away_and_written_when_it_returns() {
+    let direct = client().await;
+    let pod = fresh_pod(&direct, "held-web").await;
+    let mut config = config().await;
+    let upstream = config.cluster_url.authority().unwrap().to_string();
+    let upstream = upstream.replace("localhost", "127.0.0.1");
+    let relay = Relay::start(upstream).await;
+    config.cluster_url = format!("https://127.0.0.1:{}", relay.port).parse().unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let running = Running::start_with(
+        kube::Client::try_from(config).unwrap(),
+        RecorderOptions {
+            metrics: Some(Arc::clone(&metrics)),
+            ..RecorderOptions::new(NODE)
+        },
+    )
+    .await;
+    let first = finding(&pod, "held-first", "/bin/sh", true);
+    let second = finding(&pod, "held-second", "/bin/sh", true);
+    running.handle.finding_flushed(&first, 1);
+    // Past the write's own retries (a refused connection fails at once).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    running.handle.finding_flushed(&second, 1);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        running.writes.lock().unwrap().is_empty(),
+        "nothing is written, and nothing counted as failed, while the server is away"
+    );
+    assert!(events_regarding(&direct, NS, &pod.uid).await.is_empty());
+    let failures = metric_lines(&metrics, "nirmata_runtime_api_failures_total");
+    println!("while away: {failures:?}");
+    assert!(
+        failures
+            .iter()
+            .any(|l| l.contains("resource=\"events\"") && l.contains("reason=\"unreachable\"")),
+        "{failures:?}"
+    );
+
+    relay.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    let writes = running.next_writes(2).await;
+    println!("after the server answers again: {writes:?}");
+    assert_eq!(writes, [WriteResult::Created; 2]);
+    let events = events_regarding(&direct, NS, &pod.uid).await;
+    assert_eq!(events.len(), 2, "{events:#?}");
+    assert!(
+        metric_lines(&metrics, "nirmata_runtime_event_writes_failed_total").is_empty(),
+        "no Event write counted as failed"
+    );
+    running.stop().await;
+    relay.task.abort();
+}
