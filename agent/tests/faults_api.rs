@@ -20,8 +20,9 @@
 //! (goal 0), time to detect (the log line, `api_reachable 0` and the
 //! `/healthz` detail all present), time to recover (the API answering, the
 //! edit in the kernel and the status at the new generation), and writes
-//! lost (Event writes failed after their retries and Report findings
-//! dropped as write_failed; goal 0).
+//! lost (Event writes failed after their retries or dropped while held,
+//! and Report findings dropped as write_failed; both asserted 0: an Event
+//! whose write the server did not answer is held until it does).
 //!
 //! Needs root (cgroup v2, bpffs, cgroup_skb). Outages last 30 s; `--long`
 //! (or `KRT_FAULTS_LONG=1`) makes them 5 minutes. Run by `ci/faults`.
@@ -332,13 +333,22 @@ fn status_current(cluster: &LocalCluster) -> Option<i64> {
 }
 
 /// What the daemon's writes lost so far: Event writes failed after their
-/// retries, Report findings dropped as write_failed. (Status writes are
-/// not counted: the next flush rewrites the whole shard, and recovery
-/// waits for it.)
+/// retries or dropped because too many were held while the server was
+/// away, Report findings dropped as write_failed. (Status writes are not
+/// counted: the next flush rewrites the whole shard, and recovery waits
+/// for it.)
 fn writes_lost(metrics: SocketAddr) -> (u64, u64) {
     let text = scrape(metrics).unwrap_or_default();
     (
-        series_sum(&text, &["event_writes_failed_total"]),
+        series_sum(&text, &["event_writes_failed_total"])
+            + series_sum(
+                &text,
+                &[
+                    "events_dropped_total",
+                    "source=\"events\"",
+                    "reason=\"queue_full\"",
+                ],
+            ),
         series_sum(
             &text,
             &[
@@ -668,6 +678,7 @@ fn main() {
             r.fault,
             r.gap
         );
+        assert_eq!(r.lost.0, 0, "{}: Events lost", r.fault);
         assert_eq!(r.lost.1, 0, "{}: Report findings lost", r.fault);
     }
     let cgroup = pod.container.clone();
