@@ -1,13 +1,26 @@
 //! Whether the API server answers, as the daemon's own requests see it.
 //!
 //! Every watch (by resource), every status, Report and Event write, and a
-//! small periodic probe (`GET /version`) record their successes and
+//! small periodic probe (`GET /readyz?verbose`) record their successes and
 //! failures here. When requests of kind unreachable or timeout have kept
 //! failing for longer than a threshold, the daemon declares the API
 //! unreachable: one warning naming what failed and since when, the gauges
 //! `api_reachable` (0) and `api_unreachable_seconds`, and a line in the
 //! `/healthz` body. When it answers again: one info line with the
 //! outage's duration.
+//!
+//! A server that answers but says it is not ready (its storage, etcd, is
+//! away; it is shutting down) fails every write and relist while every
+//! connection succeeds, so the probe's readiness answer is a verdict of
+//! its own: after the same threshold, one warning with the checks that
+//! fail, `api_ready` 0 and a `/healthz` line; one info line when it is
+//! ready again.
+//!
+//! A server that answers every write of a kind with a failure (5xx or 429
+//! from an admission webhook that cannot be called, flow control, a
+//! failing storage) is neither: after the same threshold that kind of
+//! write is declared failing (one warning, a `/healthz` line), and its
+//! failures are counted by reason; what the writers keep is theirs to say.
 //!
 //! Enforcement does not depend on the API (the kernel keeps its maps), so
 //! an outage is something to say, not a reason to stop: `/healthz` keeps
@@ -56,7 +69,7 @@ pub enum ApiResource {
     reports,
     /// Kubernetes Event writes.
     events,
-    /// The daemon's periodic `GET /version`.
+    /// The daemon's periodic `GET /readyz?verbose`.
     probe,
 }
 
@@ -72,6 +85,9 @@ pub enum ApiFailure {
     server_error,
     /// The server answered with another refusal (4xx: RBAC, validation).
     refused,
+    /// The server answered its readiness check with a failure (its
+    /// storage is away, or it is shutting down).
+    not_ready,
     /// Anything else (a decoding error, a failure whose kind is unknown).
     other,
 }
@@ -103,6 +119,8 @@ struct Streak {
     /// When the first failure of kind unreachable/timeout of the streak
     /// came, if one did.
     unreachable_since: Option<Instant>,
+    /// When the first not-ready answer of the streak came, if one did.
+    not_ready_since: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -115,6 +133,12 @@ struct State {
     entries: BTreeMap<ApiResource, Entry>,
     /// The start of the declared outage.
     outage: Option<Instant>,
+    /// The start of the declared not-ready period.
+    not_ready: Option<Instant>,
+    /// The readiness checks the last not-ready answer said failed.
+    not_ready_checks: String,
+    /// The writes declared failing (their streak passed the threshold).
+    failing_writes: std::collections::BTreeSet<ApiResource>,
 }
 
 /// The API server is declared unreachable: since when, for how long, and
@@ -141,6 +165,37 @@ impl fmt::Display for Outage {
     }
 }
 
+/// The API server answers but says it is not ready: since when, for how
+/// long, and which of its checks fail. Its `Display` is the `/healthz` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotReady {
+    /// The first not-ready answer, as wall-clock seconds since the epoch.
+    pub since_unix: u64,
+    /// How long it has lasted.
+    pub lasted: Duration,
+    /// The failing checks, as the server named them (`[-]etcd failed: ...`).
+    pub checks: String,
+}
+
+impl fmt::Display for NotReady {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the API server answers but is not ready since {} ({} s): {}",
+            rfc3339(self.since_unix),
+            self.lasted.as_secs(),
+            self.checks
+        )
+    }
+}
+
+/// The daemon's writes, each declared failing on its own.
+const WRITES: [ApiResource; 3] = [
+    ApiResource::status,
+    ApiResource::reports,
+    ApiResource::events,
+];
+
 /// The tracker: shared by every component that talks to the API server.
 pub struct ApiHealth {
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
@@ -148,6 +203,7 @@ pub struct ApiHealth {
     state: Mutex<State>,
     reachable: Gauge,
     unreachable_seconds: Gauge,
+    ready: Gauge,
     failures: Family<ApiFailureLabels, Counter>,
     failing_seconds: Family<ApiResourceLabels, Gauge>,
 }
@@ -166,12 +222,15 @@ impl ApiHealth {
     ) -> Self {
         let reachable = Gauge::default();
         reachable.set(1);
+        let ready = Gauge::default();
+        ready.set(1);
         ApiHealth {
             clock: Box::new(clock),
             threshold,
             state: Mutex::new(State::default()),
             reachable,
             unreachable_seconds: Gauge::default(),
+            ready,
             failures: Family::default(),
             failing_seconds: Family::default(),
         }
@@ -190,9 +249,15 @@ impl ApiHealth {
             self.unreachable_seconds.clone(),
         );
         registry.register(
+            "api_ready",
+            "1 unless the API server has answered its readiness check (/readyz) with a failure \
+             (its storage away, a shutdown) for longer than 15 s",
+            self.ready.clone(),
+        );
+        registry.register(
             "api_failures",
             "Failed requests to the API server, by resource (a watch, a write, the probe) and reason \
-             (unreachable, timeout, server_error, refused, other)",
+             (unreachable, timeout, server_error, refused, not_ready, other)",
             self.failures.clone(),
         );
         registry.register(
@@ -209,12 +274,20 @@ impl ApiHealth {
 
     /// A request for `resource` succeeded: its failure streak ends. A
     /// probe's success also ends every streak whose last failure came
-    /// before `started` (when the probe was sent).
+    /// before `started` (when the probe was sent), except a write's that
+    /// the server answered with a failure.
     pub fn succeeded(&self, resource: ApiResource, started: Instant) {
         let mut state = self.lock();
         if resource == ApiResource::probe {
-            for entry in state.entries.values_mut() {
-                if entry.streak.as_ref().is_some_and(|s| s.last < started) {
+            for (resource, entry) in &mut state.entries {
+                // A write refused by an answering server is ended only by
+                // a write of its own that succeeds.
+                let answered_write = WRITES.contains(resource)
+                    && entry
+                        .streak
+                        .as_ref()
+                        .is_some_and(|s| !s.kind.is_unreachable());
+                if !answered_write && entry.streak.as_ref().is_some_and(|s| s.last < started) {
                     entry.streak = None;
                 }
             }
@@ -238,12 +311,34 @@ impl ApiHealth {
             failures: 0,
             kind,
             unreachable_since: None,
+            not_ready_since: None,
         });
         streak.failures += 1;
         streak.kind = kind;
         streak.last = streak.last.max(started);
         if kind.is_unreachable() && streak.unreachable_since.is_none() {
             streak.unreachable_since = Some(started);
+        }
+        if kind == ApiFailure::not_ready && streak.not_ready_since.is_none() {
+            streak.not_ready_since = Some(started);
+        }
+    }
+
+    /// The probe, sent at `started`, was answered "not ready"; `checks`
+    /// are the failing checks the server named.
+    pub fn probe_not_ready(&self, started: Instant, checks: &str) {
+        self.failed(ApiResource::probe, ApiFailure::not_ready, started);
+        let mut state = self.lock();
+        state.not_ready_checks = checks.to_string();
+        // An answer: whatever failed as unreachable before it was sent no
+        // longer says the server cannot be reached (its streak goes on,
+        // so how long it has failed is still told).
+        for (resource, entry) in &mut state.entries {
+            if let Some(streak) = entry.streak.as_mut() {
+                if *resource == ApiResource::probe || streak.last < started {
+                    streak.unreachable_since = None;
+                }
+            }
         }
     }
 
@@ -338,6 +433,56 @@ impl ApiHealth {
             }
             (Some(_), Some(_)) | (None, None) => {}
         }
+        let not_ready_since = state
+            .entries
+            .get(&ApiResource::probe)
+            .and_then(|e| e.streak.as_ref()?.not_ready_since)
+            .filter(|since| now.saturating_duration_since(*since) > self.threshold);
+        match (state.not_ready, not_ready_since) {
+            (None, Some(since)) => {
+                state.not_ready = Some(since);
+                tracing::warn!(
+                    lasted_s = now.saturating_duration_since(since).as_secs(),
+                    checks = %state.not_ready_checks,
+                    "the API server answers but is not ready; enforcement goes on with what the \
+                     kernel holds, changes made meanwhile apply once it is ready"
+                );
+            }
+            (Some(since), None) => {
+                state.not_ready = None;
+                tracing::info!(
+                    not_ready_s = now.saturating_duration_since(since).as_secs(),
+                    "the API server is ready again"
+                );
+            }
+            (Some(_), Some(_)) | (None, None) => {}
+        }
+        self.ready.set(i64::from(state.not_ready.is_none()));
+        for resource in WRITES {
+            let streak = state.entries.get(&resource).and_then(|e| e.streak.as_ref());
+            // Refused by an answering server; an unreachable one is the
+            // outage's to say.
+            let failing = streak.filter(|s| {
+                !s.kind.is_unreachable() && now.saturating_duration_since(s.since) > self.threshold
+            });
+            match (state.failing_writes.contains(&resource), failing) {
+                (false, Some(streak)) => {
+                    tracing::warn!(
+                        what = %resource,
+                        reason = ?streak.kind,
+                        failures = streak.failures,
+                        lasted_s = now.saturating_duration_since(streak.since).as_secs(),
+                        "writes to the API server keep failing; they are retried (see the writer's own lines for what is kept)"
+                    );
+                    state.failing_writes.insert(resource);
+                }
+                (true, None) => {
+                    tracing::info!(what = %resource, "writes to the API server succeed again");
+                    state.failing_writes.remove(&resource);
+                }
+                (true, Some(_)) | (false, None) => {}
+            }
+        }
         let outage = state.outage.map(|since| describe(&state, since, now));
         self.reachable.set(i64::from(outage.is_none()));
         self.unreachable_seconds.set(
@@ -354,6 +499,51 @@ impl ApiHealth {
         let state = self.lock();
         state.outage.map(|since| describe(&state, since, now))
     }
+
+    /// The writes declared failing, as of the last [`ApiHealth::evaluate`]:
+    /// one `/healthz` line each (`write status failing since T (N s):
+    /// server_error x4`).
+    pub fn failing_writes(&self) -> Vec<String> {
+        let now = self.now();
+        let state = self.lock();
+        state
+            .failing_writes
+            .iter()
+            .filter_map(|resource| {
+                let streak = state.entries.get(resource)?.streak.as_ref()?;
+                let lasted = now.saturating_duration_since(streak.since);
+                Some(format!(
+                    "{resource} failing since {} ({} s): {:?} x{}",
+                    rfc3339(wall_since(lasted)),
+                    lasted.as_secs(),
+                    streak.kind,
+                    streak.failures
+                ))
+            })
+            .collect()
+    }
+
+    /// The declared not-ready period, as of the last [`ApiHealth::evaluate`].
+    pub fn not_ready(&self) -> Option<NotReady> {
+        let now = self.now();
+        let state = self.lock();
+        let since = state.not_ready?;
+        let lasted = now.saturating_duration_since(since);
+        Some(NotReady {
+            since_unix: wall_since(lasted),
+            lasted,
+            checks: state.not_ready_checks.clone(),
+        })
+    }
+}
+
+/// Wall-clock seconds since the epoch, `lasted` ago.
+fn wall_since(lasted: Duration) -> u64 {
+    SystemTime::now()
+        .checked_sub(lasted)
+        .unwrap_or(UNIX_EPOCH)
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 impl Default for ApiHealth {
@@ -364,11 +554,7 @@ impl Default for ApiHealth {
 
 fn describe(state: &State, since: Instant, now: Instant) -> Outage {
     let lasted = now.saturating_duration_since(since);
-    let wall = SystemTime::now()
-        .checked_sub(lasted)
-        .unwrap_or(UNIX_EPOCH)
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let wall = wall_since(lasted);
     let failing = state
         .entries
         .iter()
@@ -396,7 +582,7 @@ impl fmt::Display for ApiResource {
             ApiResource::status => ("write", "status"),
             ApiResource::reports => ("write", "reports"),
             ApiResource::events => ("write", "events"),
-            ApiResource::probe => ("probe", "/version"),
+            ApiResource::probe => ("probe", "/readyz"),
         };
         write!(f, "{kind} {name}")
     }
@@ -462,7 +648,7 @@ mod tests {
         assert_eq!(outage.lasted, Duration::from_secs(16));
         assert_eq!(
             outage.failing,
-            ["watch pods: unreachable x1", "probe /version: timeout x1"]
+            ["watch pods: unreachable x1", "probe /readyz: timeout x1"]
         );
         assert!(outage.to_string().contains("unreachable since"), "{outage}");
         assert_eq!(api.reachable.get(), 0);
@@ -504,5 +690,91 @@ mod tests {
         assert!(api.evaluate().is_some());
         api.succeeded(ApiResource::events, api.now());
         assert_eq!(api.evaluate(), None);
+    }
+
+    #[test]
+    fn not_ready_past_the_threshold_is_said_apart_from_unreachable() {
+        let (api, advance) = manual();
+        let t0 = api.now();
+        api.probe_not_ready(t0, "[-]etcd failed: reason withheld");
+        // A write fails meanwhile: an answer, not an outage.
+        api.failed(ApiResource::status, ApiFailure::server_error, t0);
+        advance(Duration::from_secs(15));
+        assert_eq!(api.evaluate(), None);
+        assert_eq!(api.not_ready(), None, "exactly the threshold is not yet");
+        advance(Duration::from_secs(1));
+        api.probe_not_ready(api.now(), "[-]etcd failed: reason withheld");
+        assert_eq!(api.evaluate(), None, "the server answers: not unreachable");
+        let not_ready = api.not_ready().unwrap();
+        assert_eq!(not_ready.lasted, Duration::from_secs(16));
+        assert_eq!(
+            not_ready.to_string().split_once(" since ").unwrap().0,
+            "the API server answers but is not ready"
+        );
+        assert!(not_ready
+            .to_string()
+            .ends_with("(16 s): [-]etcd failed: reason withheld"));
+        assert_eq!((api.reachable.get(), api.ready.get()), (1, 0));
+        // Ready again: the probe's success ends the period and the write's
+        // streak that came before it.
+        let probe = api.now();
+        advance(Duration::from_secs(1));
+        api.succeeded(ApiResource::probe, probe);
+        assert_eq!(api.evaluate(), None);
+        assert_eq!(api.not_ready(), None);
+        assert_eq!(api.ready.get(), 1);
+    }
+
+    #[test]
+    fn a_not_ready_answer_ends_an_outage_but_not_what_failed() {
+        let (api, advance) = manual();
+        let t0 = api.now();
+        api.failed(ApiResource::probe, ApiFailure::unreachable, t0);
+        api.failed(ApiResource::pods, ApiFailure::unreachable, t0);
+        advance(Duration::from_secs(20));
+        assert!(api.evaluate().is_some());
+        // The server is back, its storage is not.
+        api.probe_not_ready(api.now(), "[-]etcd failed");
+        assert_eq!(api.evaluate(), None, "it answers: no longer unreachable");
+        assert_eq!(api.reachable.get(), 1);
+        assert_eq!(
+            api.failing_seconds
+                .get_or_create(&ApiResourceLabels {
+                    resource: ApiResource::pods,
+                })
+                .get(),
+            20,
+            "the watch has still failed for 20 s"
+        );
+    }
+
+    #[test]
+    fn a_write_failing_past_the_threshold_is_declared_until_one_succeeds() {
+        let (api, advance) = manual();
+        api.failed(ApiResource::reports, ApiFailure::server_error, api.now());
+        advance(Duration::from_secs(10));
+        api.failed(ApiResource::reports, ApiFailure::server_error, api.now());
+        api.evaluate();
+        assert!(api.failing_writes().is_empty(), "10 s is not yet");
+        advance(Duration::from_secs(6));
+        api.failed(ApiResource::reports, ApiFailure::server_error, api.now());
+        api.evaluate();
+        let lines = api.failing_writes();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("write reports failing since "),
+            "{lines:?}"
+        );
+        assert!(lines[0].ends_with("(16 s): server_error x3"), "{lines:?}");
+        assert_eq!(api.outage(), None, "the server answers");
+        // The server answers its probe: that says nothing of the writes.
+        let probe = api.now();
+        advance(Duration::from_secs(1));
+        api.succeeded(ApiResource::probe, probe);
+        api.evaluate();
+        assert_eq!(api.failing_writes().len(), 1);
+        api.succeeded(ApiResource::reports, api.now());
+        api.evaluate();
+        assert!(api.failing_writes().is_empty());
     }
 }

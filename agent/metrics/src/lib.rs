@@ -15,7 +15,7 @@ mod health;
 mod labels;
 mod server;
 
-pub use api::{ApiFailure, ApiHealth, ApiResource, Outage, UNREACHABLE_AFTER};
+pub use api::{ApiFailure, ApiHealth, ApiResource, NotReady, Outage, UNREACHABLE_AFTER};
 pub use health::{Health, Unhealthy};
 pub use labels::{
     BackendBehavior, BackendLoadResult, DropReason, EventWriteFailure, EventWriteResult,

@@ -66,11 +66,15 @@ pub async fn serve(
                     // restarted it on a failing probe would only add a
                     // restart (and a relist storm when the API returns)
                     // to the outage of every node at once.
-                    let outage = api
-                        .api()
-                        .outage()
-                        .map(|o| format!("{o}\n"))
-                        .unwrap_or_default();
+                    let outage = [
+                        api.api().outage().map(|o| o.to_string()),
+                        api.api().not_ready().map(|n| n.to_string()),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .chain(api.api().failing_writes())
+                    .map(|line| format!("{line}\n"))
+                    .collect::<String>();
                     match health.check() {
                         Ok(()) => (StatusCode::OK, format!("ok\n{outage}")).into_response(),
                         Err(reasons) => {
