@@ -513,7 +513,7 @@ impl Held {
             Some(emission) => {
                 if self.events.is_empty() {
                     tracing::warn!(
-                        "the API server does not answer: Events are held and written once it does"
+                        "the API server does not take Events now (unreachable, timing out, or answering 5xx or 429): they are held and written once it does"
                     );
                 }
                 self.events.push_front(emission);
