@@ -246,6 +246,12 @@ impl Metrics {
             .inc();
     }
 
+    /// A status flush of one policy succeeded (written, or already as it
+    /// should be): status writes that failed go through again.
+    pub fn status_write_ok(&self) {
+        self.api.succeeded(ApiResource::status, self.api.now());
+    }
+
     /// A status write of this node's shard failed for `reason` (the
     /// status writer's `Error::metric_label`).
     pub fn status_write_failed(&self, reason: &str) {

@@ -637,10 +637,11 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
     let (reporter_done_tx, reporter_done_rx) = watch::channel(false);
     {
         let writer = StatusWriter::new(client.clone(), args.node_name.clone());
-        let failed = metrics.clone();
+        let (failed, written) = (metrics.clone(), metrics.clone());
         let mut flush = FlushLoop::new(writer, reports.clone(), view)
             .interval(args.status_interval)
-            .on_write_failed(move |e| failed.status_write_failed(e.metric_label()));
+            .on_write_failed(move |e| failed.status_write_failed(e.metric_label()))
+            .on_write_ok(move || written.status_write_ok());
         if let Some(r) = &recorder {
             flush = flush.on_condition_changed(r.handle().condition_callback());
         }

@@ -87,7 +87,11 @@ pub struct FlushLoop {
     interval: Duration,
     on_change: Option<ConditionCallback>,
     on_failure: Option<FailureCallback>,
+    on_success: Option<SuccessCallback>,
 }
+
+/// What [`FlushLoop::on_write_ok`] calls.
+type SuccessCallback = Arc<dyn Fn() + Send + Sync>;
 
 /// What [`FlushLoop::on_write_failed`] calls.
 type FailureCallback = Arc<dyn Fn(&Error) + Send + Sync>;
@@ -103,6 +107,7 @@ impl FlushLoop {
             interval: DEFAULT_INTERVAL,
             on_change: None,
             on_failure: None,
+            on_success: None,
         }
     }
 
@@ -118,6 +123,15 @@ impl FlushLoop {
     /// It runs on the loop's task: it must be quick.
     pub fn on_write_failed(mut self, f: impl Fn(&Error) + Send + Sync + 'static) -> Self {
         self.on_failure = Some(Arc::new(f));
+        self
+    }
+
+    /// Calls `f` for every policy whose status flush succeeded (written,
+    /// or already as it should be), so that the daemon can tell when
+    /// status writes that failed go through again. It runs on the loop's
+    /// task: it must be quick.
+    pub fn on_write_ok(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_success = Some(Arc::new(f));
         self
     }
 
@@ -170,6 +184,9 @@ impl FlushLoop {
             let result = self.writer.flush(&policy, &report, &view).await;
             match &result {
                 Ok(flushed) => {
+                    if let Some(callback) = &self.on_success {
+                        callback();
+                    }
                     if let Some(callback) = &self.on_change {
                         let policy_ref = PolicyRef {
                             name: policy.clone(),
