@@ -54,14 +54,14 @@ impl BehaviorLists {
             .field("behaviors")
             .index(first.index)
             .field(first.kind.as_str());
-        let mut allow = Vec::new();
-        let mut deny = Vec::new();
+        let (mut allow, mut deny) = (Unique::default(), Unique::default());
         let mut default_deny = false;
         for b in behaviors {
-            extend_unique(&mut allow, &b.allow);
-            extend_unique(&mut deny, &b.deny);
+            allow.extend(&b.allow);
+            deny.extend(&b.deny);
             default_deny |= b.default_deny;
         }
+        let (allow, mut deny) = (allow.values, deny.values);
         // The sentinel is folded: the evaluated lists hold it only as
         // `default_deny`, but a value list may have carried it too.
         deny.retain(|v| v != STAR);
@@ -82,10 +82,22 @@ impl BehaviorLists {
     }
 }
 
-fn extend_unique(into: &mut Vec<String>, from: &[String]) {
-    for v in from {
-        if !into.contains(v) {
-            into.push(v.clone());
+/// Values in first-seen order, each once. A set beside the list: lists
+/// read from data sources run to tens of thousands of values, and a
+/// linear `contains` per value made merging them quadratic (300,000
+/// values held the engine, and SIGTERM, for minutes).
+#[derive(Default)]
+struct Unique {
+    values: Vec<String>,
+    seen: std::collections::HashSet<String>,
+}
+
+impl Unique {
+    fn extend(&mut self, from: &[String]) {
+        for v in from {
+            if self.seen.insert(v.clone()) {
+                self.values.push(v.clone());
+            }
         }
     }
 }
