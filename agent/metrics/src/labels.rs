@@ -339,6 +339,31 @@ impl BackendLabels {
     }
 }
 
+/// Why a kernel update of a policy failed
+/// (`kernel_updates_failed_total{reason}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum KernelUpdateFailure {
+    /// A map is at its capacity (node-wide).
+    map_full,
+    /// The kernel refused the operation otherwise.
+    kernel,
+    /// Anything else the backend refused.
+    other,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct KernelUpdateLabels {
+    behavior: BackendBehavior,
+    reason: KernelUpdateFailure,
+}
+
+impl KernelUpdateLabels {
+    pub(crate) fn new(behavior: BackendBehavior, reason: KernelUpdateFailure) -> Self {
+        KernelUpdateLabels { behavior, reason }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct BackendLoadLabels {
     behavior: BackendBehavior,

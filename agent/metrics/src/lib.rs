@@ -19,14 +19,14 @@ pub use api::{ApiFailure, ApiHealth, ApiResource, NotReady, Outage, UNREACHABLE_
 pub use health::{Health, Unhealthy};
 pub use labels::{
     BackendBehavior, BackendLoadResult, DropReason, EventWriteFailure, EventWriteResult,
-    GateOperation, ReportWriteResult, SourceFailureReason,
+    GateOperation, KernelUpdateFailure, ReportWriteResult, SourceFailureReason,
 };
 pub use server::{serve, ServeError};
 
 use labels::{
     BackendLabels, BackendLoadLabels, DropLabels, EventFailureLabels, EventResultLabels,
-    OperationLabels, PolicyBehaviorLabels, PolicyExpressionLabels, ProgramLabels, ReasonLabels,
-    ResultLabels, SourceKindLabels, SourceLabels, SourceReasonLabels,
+    KernelUpdateLabels, OperationLabels, PolicyBehaviorLabels, PolicyExpressionLabels,
+    ProgramLabels, ReasonLabels, ResultLabels, SourceKindLabels, SourceLabels, SourceReasonLabels,
 };
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -60,6 +60,7 @@ pub struct Metrics {
     bpf_run_count: Family<ProgramLabels, Counter>,
     backend_load_attempts: Family<BackendLoadLabels, Counter>,
     backend_available: Family<BackendLabels, Gauge>,
+    kernel_updates_failed: Family<KernelUpdateLabels, Counter>,
     /// Whether the API server answers (see [`ApiHealth`]).
     api: ApiHealth,
     /// The kernel's cumulative (run_time_ns, run_cnt) per program name as
@@ -93,6 +94,7 @@ impl Metrics {
             exec_trace_gate_failures: Family::default(),
             bpf_run_time: Family::default(),
             bpf_run_count: Family::default(),
+            kernel_updates_failed: Family::default(),
             backend_load_attempts: Family::default(),
             backend_available: Family::default(),
             api: ApiHealth::new(),
@@ -187,6 +189,13 @@ impl Metrics {
             "backend_available",
             "1 while a backend is loaded and enforcing, 0 while it is not (see backend_load_attempts)",
             m.backend_available.clone(),
+        );
+        registry.register(
+            "kernel_updates_failed",
+            "Kernel updates that failed while a policy was programmed, by backend and reason \
+             (map_full: a node-wide map is at its capacity); the node's shard of the policy \
+             names the map, and the update is tried again on the next change",
+            m.kernel_updates_failed.clone(),
         );
         m.api.register(&mut registry);
         Metrics { registry, ..m }
@@ -351,6 +360,14 @@ impl Metrics {
     pub fn backend_load_attempt(&self, behavior: BackendBehavior, result: BackendLoadResult) {
         self.backend_load_attempts
             .get_or_create(&BackendLoadLabels::new(behavior, result))
+            .inc();
+    }
+
+    /// A kernel update of `behavior`'s backend failed for `reason` while a
+    /// policy was programmed.
+    pub fn kernel_update_failed(&self, behavior: BackendBehavior, reason: KernelUpdateFailure) {
+        self.kernel_updates_failed
+            .get_or_create(&KernelUpdateLabels::new(behavior, reason))
             .inc();
     }
 

@@ -29,6 +29,7 @@ use kyverno_runtime_enforce::egress::NetworkPolicy;
 use kyverno_runtime_enforce::openexec::OpenExecPolicy;
 use kyverno_runtime_enforce::protocol::ProtocolPolicy;
 use kyverno_runtime_enforce::PolicyId;
+use kyverno_runtime_metrics::{BackendBehavior, KernelUpdateFailure};
 use kyverno_runtime_policy::cel::eval::{shared_policy_context, RUNTIME_COST_BUDGET};
 use kyverno_runtime_policy::compile::{
     CompiledFilter, CompiledPolicy, EvaluatedBehavior, EvaluationResult,
@@ -524,6 +525,10 @@ impl Engine {
                     refused_here.open.push(disclosure.rejection(r));
                 }
             }
+            for f in &outcome.failures {
+                self.metrics
+                    .kernel_update_failed(BackendBehavior::open_exec, enforce_failure(&f.error));
+            }
             failures.extend(outcome.failures.iter().map(ToString::to_string));
         }
         if let Some(m) = self.egress.get() {
@@ -537,6 +542,10 @@ impl Engine {
             refused_here
                 .network
                 .extend(outcome.rejections.iter().map(|r| disclosure.rejection(r)));
+            for f in &outcome.failures {
+                self.metrics
+                    .kernel_update_failed(BackendBehavior::network, enforce_failure(&f.error));
+            }
             failures.extend(outcome.failures.iter().map(ToString::to_string));
         }
         if let Some(m) = self.protocol.get() {
@@ -571,6 +580,16 @@ impl Engine {
         }
         self.failures.insert(uid.clone(), failures);
         self.rejections.insert(uid, rejections);
+    }
+}
+
+/// The metric reason of a backend's error.
+fn enforce_failure(e: &kyverno_runtime_enforce::EnforceError) -> KernelUpdateFailure {
+    use kyverno_runtime_enforce::EnforceError as E;
+    match e {
+        E::MapFull { .. } => KernelUpdateFailure::map_full,
+        E::Kernel { .. } => KernelUpdateFailure::kernel,
+        _ => KernelUpdateFailure::other,
     }
 }
 
