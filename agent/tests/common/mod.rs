@@ -176,6 +176,11 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// The daemon's PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts `kyverno-runtime daemon ARGS` with `env` on top of ours.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kyverno-runtime"));
