@@ -478,6 +478,9 @@ spec:
         converged(&reader, false, Duration::from_secs(60));
     }
     let (status, _, log) = daemon.terminate(Duration::from_secs(15));
+    // The shared control plane serves later tiers: leave no policy whose
+    // data source is gone.
+    cluster.kubectl_ok(&["delete", "rpol", POLICY]).unwrap();
     let seen = reader.seen.lock().unwrap();
     let (scans, set_changes, broken) = (seen.scans, seen.set_changes, seen.broken);
     let violations = seen.violations.clone();

@@ -220,6 +220,9 @@ fn a_policy_past_a_maps_capacity_is_said_and_the_rest_is_enforced() {
     );
     // And the engine is free: a SIGTERM is served in time.
     let (status, took, log) = daemon.terminate(Duration::from_secs(30));
+    // The shared control plane serves later tiers: leave no policy whose
+    // data sources are gone.
+    cluster.kubectl_ok(&["delete", "rpol", BIG, SMALL]).unwrap();
     assert!(status.success(), "{}", log.join("\n"));
     println!("SIGTERM served in {took:.1?}");
 }
