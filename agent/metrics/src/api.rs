@@ -342,13 +342,14 @@ impl ApiHealth {
         }
     }
 
-    /// A Report write ended with `result` (conflicts are answers).
+    /// A Report write ended with `result` (conflicts are answers). A
+    /// failure is recorded by the caller with how it failed
+    /// ([`ApiHealth::failed`]), not here.
     pub(crate) fn report_write(&self, result: crate::ReportWriteResult) {
         use crate::ReportWriteResult as R;
         match result {
             R::success | R::conflict => self.succeeded(ApiResource::reports, self.now()),
-            // The reporter does not say how it failed: counted, not an outage.
-            R::error => self.failed(ApiResource::reports, ApiFailure::other, self.now()),
+            R::error => {}
         }
     }
 

@@ -56,7 +56,7 @@ pub use merge::{
 pub use name::{controller_report_name, report_name, MAX_REPORT_NAME_LEN, REPORT_NAME_PREFIX};
 pub use reporter::{
     DropHook, DropReason, FlushHook, Flushed, PodOutcome, Reporter, ReporterHandle,
-    ReporterOptions, WriteHook, WriteResult,
+    ReporterOptions, WriteErrorHook, WriteHook, WriteResult,
 };
 pub use result::{outcome, pod_reference, property, report_result, MAX_PODS_LISTED, SOURCE};
 /// The redaction table ([`redaction_cases::CASES`]): the secrets people

@@ -157,6 +157,12 @@ pub type DropHook = Arc<dyn Fn(DropReason, u64) + Send + Sync>;
 /// outcome). Runs on the flushing task: quick, never blocking.
 pub type WriteHook = Arc<dyn Fn(WriteResult) + Send + Sync>;
 
+/// Called with the API server's error of every write that failed on one
+/// (after [`WriteHook`]'s [`WriteResult::Error`]), so the caller can tell
+/// a refusal from a 5xx or no answer. Runs on the flushing task: quick,
+/// never blocking.
+pub type WriteErrorHook = Arc<dyn Fn(&kube::Error) + Send + Sync>;
+
 /// Called by every flush once per deduplicated finding, before the
 /// Report writes and whatever their outcome, with the finding and the
 /// occurrences it gained since the last flush (its merged count; see
@@ -183,6 +189,8 @@ pub struct ReporterOptions {
     pub on_drop: Option<DropHook>,
     /// Told about every write attempt (for `report_writes_total`).
     pub on_write: Option<WriteHook>,
+    /// Told how every failed write failed (for the API health).
+    pub on_write_error: Option<WriteErrorHook>,
     /// Told about every deduplicated finding of every flush (the
     /// Kubernetes Events recorder's entry point), after deduplication and
     /// before the write, so a failed write does not hide a finding from
@@ -220,6 +228,7 @@ impl Default for ReporterOptions {
             max_write_attempts: 5,
             on_drop: None,
             on_write: None,
+            on_write_error: None,
             on_flush: None,
             node: String::new(),
             cleanup_spread: Duration::from_secs(30),
@@ -238,6 +247,7 @@ impl fmt::Debug for ReporterOptions {
             .field("max_write_attempts", &self.max_write_attempts)
             .field("on_drop", &self.on_drop.is_some())
             .field("on_write", &self.on_write.is_some())
+            .field("on_write_error", &self.on_write_error.is_some())
             .field("on_flush", &self.on_flush.is_some())
             .field("node", &self.node)
             .field("cleanup_spread", &self.cleanup_spread)
@@ -501,6 +511,7 @@ pub struct Reporter {
     shutdown_deadline: Duration,
     max_write_attempts: u32,
     on_write: Option<WriteHook>,
+    on_write_error: Option<WriteErrorHook>,
     on_flush: Option<FlushHook>,
     owners: Owners,
     /// The chains of pods verified recently, for their findings flushed
@@ -527,6 +538,7 @@ impl Reporter {
             max_write_attempts,
             on_drop,
             on_write,
+            on_write_error,
             on_flush,
             node,
             cleanup_spread,
@@ -557,6 +569,7 @@ impl Reporter {
             shutdown_deadline,
             max_write_attempts: max_write_attempts.max(1),
             on_write,
+            on_write_error,
             on_flush,
         }
     }

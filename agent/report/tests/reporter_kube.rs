@@ -286,7 +286,16 @@ async fn a_failed_write_keeps_its_findings_for_the_next_flush() {
     let pod = fresh_pod(&plain, "retry-web").await;
     let interfere = Interfere::default();
     let writes = Writes::default();
-    let reporter = Reporter::new(client_with(&interfere).await, writes.options());
+    // How each failed write failed, as the daemon's API health hears it.
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let sink = errors.clone();
+    let options = ReporterOptions {
+        on_write_error: Some(Arc::new(move |e: &kube::Error| {
+            sink.lock().unwrap().push(e.to_string())
+        })),
+        ..writes.options()
+    };
+    let reporter = Reporter::new(client_with(&interfere).await, options);
     let handle = reporter.handle();
 
     handle.submit(finding(&pod, "/bin/sh", 2, 10, 20));
@@ -295,6 +304,9 @@ async fn a_failed_write_keeps_its_findings_for_the_next_flush() {
     let error = flushed.outcomes[0].result.as_ref().unwrap_err();
     assert!(error.is_retryable(), "{error}");
     assert_eq!(writes.take(), [WriteResult::Error]);
+    let told = std::mem::take(&mut *errors.lock().unwrap());
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].contains("injected connection failure"), "{told:?}");
     assert_eq!(handle.buffered(), 1, "kept for the next flush");
     assert_eq!(handle.dropped(), 0);
 

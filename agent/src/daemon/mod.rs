@@ -48,8 +48,8 @@ use kyverno_runtime_bpf::exectrace::ExecTracer;
 use kyverno_runtime_bpf::openexec::Denial;
 use kyverno_runtime_bpf::ring::RecordReader;
 use kyverno_runtime_compat::OpenExecBackend;
+use kyverno_runtime_metrics::{ApiResource, Health, Metrics};
 use kyverno_runtime_metrics::{DropReason, SourceFailureReason};
-use kyverno_runtime_metrics::{Health, Metrics};
 use kyverno_runtime_plane::{Collector, Index, Monitor, PollSource, RingSource};
 use kyverno_runtime_status::{ClusterWatcher, FlushLoop, Placement, Reports, StatusWriter};
 use std::net::SocketAddr;
@@ -447,7 +447,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         kyverno_runtime_events::Recorder::new(client.clone(), options)
     });
     let reporter = args.reports_enabled.then(|| {
-        let (m1, m2) = (metrics.clone(), metrics.clone());
+        let (m1, m2, m3) = (metrics.clone(), metrics.clone(), metrics.clone());
         kyverno_runtime_report::Reporter::new(
             client.clone(),
             kyverno_runtime_report::ReporterOptions {
@@ -473,6 +473,16 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                         R::Error => m2.report_write(M::error),
                         R::Unchanged => {}
                     }
+                })),
+                // How a write failed (refused, 5xx, no answer), for the
+                // API health.
+                on_write_error: Some(Arc::new(move |e| {
+                    let api = m3.api();
+                    api.failed(
+                        ApiResource::reports,
+                        api_health::client_failure(e),
+                        api.now(),
+                    );
                 })),
                 on_flush: recorder.as_ref().map(|r| r.handle().flush_sink()),
                 // Spreads the cleanup of a deleted policy's results over

@@ -205,7 +205,7 @@ impl Reporter {
                     return Ok(WriteResult::Unchanged);
                 }
                 Err(e) => {
-                    self.wrote(WriteResult::Error);
+                    self.write_failed(&e);
                     return Err(api_err(e));
                 }
             }

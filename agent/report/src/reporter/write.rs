@@ -101,6 +101,14 @@ impl Reporter {
         }
     }
 
+    /// A write (or the read before it) failed with `e`.
+    pub(super) fn write_failed(&self, e: &kube::Error) {
+        self.wrote(WriteResult::Error);
+        if let Some(hook) = &self.on_write_error {
+            hook(e);
+        }
+    }
+
     /// Merges into a Report with `merge`, retrying lost races from a
     /// fresh read.
     ///
@@ -128,7 +136,7 @@ impl Reporter {
             let stored = match api.get_opt(&name).await {
                 Ok(stored) => stored,
                 Err(e) => {
-                    self.wrote(WriteResult::Error);
+                    self.write_failed(&e);
                     return Err(api_err(e));
                 }
             };
@@ -140,7 +148,7 @@ impl Reporter {
                             let uid = match self.owners.live_uid(namespace, &pod.name).await {
                                 Ok(uid) => uid,
                                 Err(e) => {
-                                    self.wrote(WriteResult::Error);
+                                    self.write_failed(&e);
                                     return Err(api_err(e));
                                 }
                             };
@@ -192,7 +200,7 @@ impl Reporter {
                     tokio::time::sleep(backoff(&name, attempt)).await;
                 }
                 Err(e) => {
-                    self.wrote(WriteResult::Error);
+                    self.write_failed(&e);
                     return Err(api_err(e));
                 }
             }
