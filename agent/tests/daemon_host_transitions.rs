@@ -13,7 +13,6 @@ mod common;
 
 use common::host::HostPod;
 use common::*;
-use kyverno_runtime_testkube::LocalCluster;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -52,29 +51,6 @@ fn refused_throughout(
             start.elapsed()
         );
     }
-}
-
-fn start_daemon(cluster: &LocalCluster, node: &str, pod: &HostPod, metrics: &str) -> Daemon {
-    let pins = pod.pins();
-    Daemon::start(
-        &[
-            // The data source is a loopback server (internal: refused unless allowed).
-            "--data-http-allow",
-            "127.0.0.0/8",
-            "--metrics-addr",
-            metrics,
-            "--status-interval",
-            "1s",
-            "--drain-interval",
-            "1s",
-            "--pin-dir",
-            pins.to_str().unwrap(),
-        ],
-        &[
-            ("NODE_NAME", node),
-            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
-        ],
-    )
 }
 
 #[test]
@@ -122,7 +98,7 @@ spec:
     let pod = HostPod::new(dir.path(), &uid, &id);
     let container = &pod.container;
 
-    let mut daemon = start_daemon(cluster, NODE, &pod, "");
+    let mut daemon = host_daemon(cluster, NODE, &pod, "");
     daemon.wait_log("pods on this node listed", Duration::from_secs(30));
     wait_for(
         "the server's 127.0.0.7 refused",
@@ -142,7 +118,7 @@ spec:
     // Down: every fetch fails, so the new daemon cannot evaluate the
     // policy. Its pins must outlive the reconcile, and several intervals.
     server.fail();
-    let daemon = start_daemon(cluster, NODE, &pod, "");
+    let daemon = host_daemon(cluster, NODE, &pod, "");
     let mut listed = false;
     let probes = refused_throughout(
         "the source down across a restart",
@@ -187,7 +163,7 @@ spec:
     // evaluation after the restart lands well after the reconcile.
     server.delay(Duration::from_secs(6));
     let restarted = Instant::now();
-    let daemon = start_daemon(cluster, NODE, &pod, "");
+    let daemon = host_daemon(cluster, NODE, &pod, "");
     let probes = refused_throughout(
         "the source slow across a restart",
         container,
@@ -245,7 +221,7 @@ fn a_failed_edit_takes_its_mode_and_keeps_the_last_good_lists_attributed() {
     let pod = HostPod::new(dir.path(), &uid, &id);
     let container = &pod.container;
     let metrics = free_loopback();
-    let mut daemon = start_daemon(cluster, NODE, &pod, &metrics.to_string());
+    let mut daemon = host_daemon(cluster, NODE, &pod, &metrics.to_string());
     daemon.wait_log("pods on this node listed", Duration::from_secs(30));
     wait_for("127.0.0.9 refused", Duration::from_secs(30), || {
         (!connects_from(container, &denied)).then_some(())

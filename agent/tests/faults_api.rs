@@ -238,6 +238,14 @@ struct Row {
     lost: (u64, u64),
 }
 
+/// How a fault takes the control plane away, and how it comes back.
+enum Inject {
+    /// kube-apiserver SIGSTOPped, then SIGCONTed.
+    Pause,
+    /// The part SIGKILLed, then restarted from its own command line.
+    Kill(Part),
+}
+
 struct Rig<'a> {
     own: &'a mut OwnCluster,
     daemon: &'a mut Daemon,
@@ -316,6 +324,49 @@ impl Rig<'_> {
             recovered.0
         );
         recovered.0
+    }
+
+    /// One fault: `edit` applied (if any), the control plane taken away
+    /// by `inject` for `outage`, then given back; its row, with detection
+    /// judged by `verdict` and recovery by `changed_denied`.
+    #[allow(clippy::too_many_arguments)]
+    fn fault(
+        &mut self,
+        label: String,
+        announce: String,
+        edit: Option<String>,
+        inject: Inject,
+        verdict: Verdict,
+        changed_denied: bool,
+        outage: Duration,
+    ) -> Row {
+        let (from, lost0) = (self.connects.len(), writes_lost(self.metrics));
+        println!("{announce}");
+        if let Some(edit) = edit {
+            apply(&self.own.cluster, &edit);
+        }
+        let seen = self.daemon.log().len();
+        let killed = match inject {
+            Inject::Pause => {
+                self.own.signal(Part::Apiserver, "STOP");
+                None
+            }
+            Inject::Kill(part) => Some((part, self.own.kill(part))),
+        };
+        let injected = Instant::now();
+        let detect = self.detect(verdict, injected, seen);
+        std::thread::sleep(outage.saturating_sub(injected.elapsed()));
+        match &killed {
+            None => self.own.signal(Part::Apiserver, "CONT"),
+            Some((part, args)) => self.own.restart(*part, args),
+        }
+        let given_back = Instant::now();
+        wait_for("the server ready again", Duration::from_secs(60), || {
+            self.own.ready().then_some(())
+        });
+        println!("  server ready in {:.1?}", given_back.elapsed());
+        let recover = self.recover(verdict, given_back, seen, changed_denied);
+        self.row(label, from, detect, recover, lost0)
     }
 
     fn row(
@@ -453,89 +504,45 @@ fn main() {
     let secs = outage.as_secs();
 
     // 1. Steady state: paused, then continued.
-    let (from, lost0) = (connects.len(), writes_lost(metrics));
-    println!("fault 1: SIGSTOP kube-apiserver {secs} s, steady state");
-    let seen = rig.daemon.log().len();
-    rig.own.signal(Part::Apiserver, "STOP");
-    let paused = Instant::now();
-    let detect = rig.detect(Verdict::Unreachable, paused, seen);
-    std::thread::sleep(outage.saturating_sub(paused.elapsed()));
-    rig.own.signal(Part::Apiserver, "CONT");
-    let recover = rig.recover(Verdict::Unreachable, Instant::now(), seen, false);
-    rows.push(rig.row(
+    rows.push(rig.fault(
         format!("SIGSTOP {secs} s, steady state"),
-        from,
-        detect,
-        recover,
-        lost0,
+        format!("fault 1: SIGSTOP kube-apiserver {secs} s, steady state"),
+        None,
+        Inject::Pause,
+        Verdict::Unreachable,
+        false,
+        outage,
     ));
-
     // 2. Mid-change: an edit the daemon may not have seen, then paused.
-    let (from, lost0) = (connects.len(), writes_lost(metrics));
-    println!("fault 2: edit (deny {CHANGED} too), then SIGSTOP kube-apiserver {secs} s");
-    apply(&rig.own.cluster, &policy(&[CHANGED]));
-    let seen = rig.daemon.log().len();
-    rig.own.signal(Part::Apiserver, "STOP");
-    let paused = Instant::now();
-    let detect = rig.detect(Verdict::Unreachable, paused, seen);
-    std::thread::sleep(outage.saturating_sub(paused.elapsed()));
-    rig.own.signal(Part::Apiserver, "CONT");
-    let recover = rig.recover(Verdict::Unreachable, Instant::now(), seen, true);
-    rows.push(rig.row(
+    rows.push(rig.fault(
         format!("edit + SIGSTOP {secs} s"),
-        from,
-        detect,
-        recover,
-        lost0,
+        format!("fault 2: edit (deny {CHANGED} too), then SIGSTOP kube-apiserver {secs} s"),
+        Some(policy(&[CHANGED])),
+        Inject::Pause,
+        Verdict::Unreachable,
+        true,
+        outage,
     ));
-
     // 3. Mid-change: an edit, then killed; restarted after the outage.
-    let (from, lost0) = (connects.len(), writes_lost(metrics));
-    println!("fault 3: edit (allow {CHANGED} again), then SIGKILL kube-apiserver, restart after {secs} s");
-    apply(&rig.own.cluster, &policy(&[]));
-    let seen = rig.daemon.log().len();
-    let args = rig.own.kill(Part::Apiserver);
-    let killed = Instant::now();
-    let detect = rig.detect(Verdict::Unreachable, killed, seen);
-    std::thread::sleep(outage.saturating_sub(killed.elapsed()));
-    rig.own.restart(Part::Apiserver, &args);
-    let restarted = Instant::now();
-    wait_for("the restarted server", Duration::from_secs(60), || {
-        rig.own.ready().then_some(())
-    });
-    println!("  restarted server ready in {:.1?}", restarted.elapsed());
-    let recover = rig.recover(Verdict::Unreachable, restarted, seen, false);
-    rows.push(rig.row(
+    rows.push(rig.fault(
         format!("edit + SIGKILL, restart after {secs} s"),
-        from,
-        detect,
-        recover,
-        lost0,
+        format!("fault 3: edit (allow {CHANGED} again), then SIGKILL kube-apiserver, restart after {secs} s"),
+        Some(policy(&[])),
+        Inject::Kill(Part::Apiserver),
+        Verdict::Unreachable,
+        false,
+        outage,
     ));
-
     // 4. Mid-change under the server: an edit, then etcd killed; the API
     // server keeps answering, not ready; etcd restarted after the outage.
-    let (from, lost0) = (connects.len(), writes_lost(metrics));
-    println!("fault 4: edit (deny {CHANGED} again), then SIGKILL etcd, restart after {secs} s");
-    apply(&rig.own.cluster, &policy(&[CHANGED]));
-    let seen = rig.daemon.log().len();
-    let args = rig.own.kill(Part::Etcd);
-    let killed = Instant::now();
-    let detect = rig.detect(Verdict::NotReady, killed, seen);
-    std::thread::sleep(outage.saturating_sub(killed.elapsed()));
-    rig.own.restart(Part::Etcd, &args);
-    let restarted = Instant::now();
-    wait_for("the server ready again", Duration::from_secs(60), || {
-        rig.own.ready().then_some(())
-    });
-    println!("  server ready again in {:.1?}", restarted.elapsed());
-    let recover = rig.recover(Verdict::NotReady, restarted, seen, true);
-    rows.push(rig.row(
+    rows.push(rig.fault(
         format!("edit + SIGKILL etcd, restart after {secs} s"),
-        from,
-        detect,
-        recover,
-        lost0,
+        format!("fault 4: edit (deny {CHANGED} again), then SIGKILL etcd, restart after {secs} s"),
+        Some(policy(&[CHANGED])),
+        Inject::Kill(Part::Etcd),
+        Verdict::NotReady,
+        true,
+        outage,
     ));
 
     // 5. Writes refused: every status, Report and Event write answered

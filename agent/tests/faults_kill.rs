@@ -30,7 +30,6 @@ mod common;
 use common::faults::ConnectLoop;
 use common::host::HostPod;
 use common::*;
-use kyverno_runtime_testkube::LocalCluster;
 use libbpf_rs::{MapCore as _, MapFlags, MapHandle};
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -237,27 +236,6 @@ impl Drop for Reader {
     }
 }
 
-fn start_daemon(cluster: &LocalCluster, pod: &HostPod) -> Daemon {
-    let pins = pod.pins();
-    Daemon::start(
-        &[
-            // The data source is a loopback server (internal: refused unless allowed).
-            "--data-http-allow",
-            "127.0.0.0/8",
-            "--status-interval",
-            "1s",
-            "--drain-interval",
-            "1s",
-            "--pin-dir",
-            pins.to_str().unwrap(),
-        ],
-        &[
-            ("NODE_NAME", NODE),
-            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
-        ],
-    )
-}
-
 /// Waits until the pod's set denies exactly list `from..from + N` as far
 /// as the reader's counts tell; returns how long it took.
 fn converged(reader: &Reader, new: bool, within: Duration) -> Duration {
@@ -406,7 +384,7 @@ spec:
         });
     }
 
-    let mut daemon = start_daemon(cluster, &pod);
+    let mut daemon = host_daemon(cluster, NODE, &pod, "");
     daemon.wait_log("pods on this node listed", Duration::from_secs(60));
     wait_for("list A in the kernel", Duration::from_secs(60), || {
         pod.pins()
@@ -457,7 +435,7 @@ spec:
         );
         // The pins alone, a few scans long: still old or new per value.
         std::thread::sleep(Duration::from_secs(1));
-        daemon = start_daemon(cluster, &pod);
+        daemon = host_daemon(cluster, NODE, &pod, "");
         let restarted = Instant::now();
         converged(&reader, true, Duration::from_secs(120));
         let restart_to_exact = restarted.elapsed();

@@ -113,26 +113,8 @@ fn a_policy_past_a_maps_capacity_is_said_and_the_rest_is_enforced() {
         pods.push(HostPod::new(&dir.path().join(name), &uid, &id));
     }
     let metrics = free_loopback();
-    let pins = pods[0].pins();
     let start = Instant::now();
-    let mut daemon = Daemon::start(
-        &[
-            "--data-http-allow",
-            "127.0.0.0/8",
-            "--metrics-addr",
-            &metrics.to_string(),
-            "--status-interval",
-            "1s",
-            "--drain-interval",
-            "1s",
-            "--pin-dir",
-            pins.to_str().unwrap(),
-        ],
-        &[
-            ("NODE_NAME", NODE),
-            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
-        ],
-    );
+    let mut daemon = host_daemon(cluster, NODE, &pods[0], &metrics.to_string());
     daemon.wait_log("pods on this node listed", Duration::from_secs(60));
     let full = "map egress_hosts is full (262144 entries)";
     let big = wait_for("the big policy's shard", Duration::from_secs(120), || {

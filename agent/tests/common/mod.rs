@@ -291,6 +291,37 @@ impl Drop for Daemon {
     }
 }
 
+/// The daemon on this host's kernel for `pod`'s node `node`: pins on the
+/// pod's bpffs, status and drains every second, data sources on loopback
+/// allowed (they are internal: refused unless allowed), `/metrics` on
+/// `metrics` (empty: none).
+pub fn host_daemon(
+    cluster: &LocalCluster,
+    node: &str,
+    pod: &host::HostPod,
+    metrics: &str,
+) -> Daemon {
+    let pins = pod.pins();
+    Daemon::start(
+        &[
+            "--data-http-allow",
+            "127.0.0.0/8",
+            "--metrics-addr",
+            metrics,
+            "--status-interval",
+            "1s",
+            "--drain-interval",
+            "1s",
+            "--pin-dir",
+            pins.to_str().unwrap(),
+        ],
+        &[
+            ("NODE_NAME", node),
+            ("KUBECONFIG", cluster.kubeconfig.to_str().unwrap()),
+        ],
+    )
+}
+
 /// A fresh temporary directory for one test.
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
