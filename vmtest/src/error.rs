@@ -183,7 +183,7 @@ pub enum Error {
     /// The guest needs a NIC (it has host forwards) and the kernel's driver
     /// modules could not be provided: the package holding them is missing
     /// and cannot be downloaded, or a module is neither built in nor shipped.
-    #[error("kernel {kernel}: cannot provide the NIC modules: {message}")]
+    #[error("kernel {kernel}: cannot provide the kernel modules: {message}")]
     KernelModules {
         /// The kernel release.
         kernel: String,

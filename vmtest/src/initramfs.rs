@@ -49,6 +49,10 @@ pub struct Contents<'a> {
     /// `.ko` files, dependencies first; empty if built in) go to
     /// [`GUEST_MODULES_DIR`] and are loaded before `eth0` is configured.
     pub nic_modules: Option<&'a [PathBuf]>,
+    /// Further kernel modules (host `.ko` files, dependencies first), also
+    /// in [`GUEST_MODULES_DIR`], loaded before the command runs: a guest
+    /// that makes bridges and veth pairs (a Kubernetes node) needs them.
+    pub extra_modules: &'a [PathBuf],
 }
 
 /// Where the NIC driver modules go in the guest.
@@ -108,6 +112,7 @@ pub fn init_script(
     env: &[(String, String)],
     command: &[String],
     nic_modules: Option<&[String]>,
+    extra_modules: &[String],
 ) -> String {
     let s = sentinel_prefix(nonce);
     let mut out = String::new();
@@ -137,6 +142,16 @@ ip link set lo up 2>/dev/null
     );
     if let Some(modules) = nic_modules {
         out.push_str(&network_setup(modules));
+    }
+    if !extra_modules.is_empty() {
+        out.push_str("# The extra modules; one the NIC already loaded is skipped.\n");
+        for m in extra_modules {
+            let q = shell_quote(m);
+            let _ = writeln!(
+                out,
+                "[ -d /sys/module/{q} ] || insmod {GUEST_MODULES_DIR}/{q}.ko || fail insmod {q}"
+            );
+        }
     }
     let _ = write!(
         out,
@@ -406,6 +421,7 @@ pub fn stage(root: &Path, nonce: &str, contents: &Contents<'_>) -> Result<()> {
         Some(modules) => Some(stage_modules(root, modules)?),
         None => None,
     };
+    let extra_names = stage_modules(root, contents.extra_modules)?;
     write_file(
         &root.join("init"),
         &init_script(
@@ -413,6 +429,7 @@ pub fn stage(root: &Path, nonce: &str, contents: &Contents<'_>) -> Result<()> {
             contents.env,
             contents.command,
             module_names.as_deref(),
+            &extra_names,
         ),
         0o755,
     )
@@ -507,11 +524,16 @@ pub fn pack(root: &Path, dest: &Path) -> Result<()> {
 
 /// Stages and packs the initramfs for one run into `workdir/initramfs.cpio`.
 pub fn build(workdir: &Path, nonce: &str, contents: &Contents<'_>) -> Result<PathBuf> {
-    let root = workdir.join("root");
-    mkdirs(&root)?;
-    stage(&root, nonce, contents)?;
+    // Staged in a directory of its own that goes when packed: a kept run
+    // directory (VmSpec::run_dir) keeps the archive, not a second copy.
+    let staging = tempfile::Builder::new()
+        .prefix("root-")
+        .tempdir_in(workdir)
+        .map_err(|e| Error::io("creating staging dir", workdir, e))?;
+    let root = staging.path();
+    stage(root, nonce, contents)?;
     let dest = workdir.join("initramfs.cpio");
-    pack(&root, &dest)?;
+    pack(root, &dest)?;
     Ok(dest)
 }
 
@@ -585,7 +607,7 @@ mod tests {
             "-c".to_owned(),
             "echo 'hi'; exit 3".to_owned(),
         ];
-        let s = init_script("abc123", &env, &cmd, None);
+        let s = init_script("abc123", &env, &cmd, None, &[]);
         assert!(s.starts_with("#!/bin/sh\n"));
         assert!(s.contains("S=VMTEST-abc123\n"));
         assert!(s.contains("mount -t bpf bpf /sys/fs/bpf || fail"));
@@ -603,7 +625,7 @@ mod tests {
     #[test]
     fn init_script_network() {
         let modules = vec!["failover".to_owned(), "virtio_net".to_owned()];
-        let s = init_script("n", &[], &["true".to_owned()], Some(&modules));
+        let s = init_script("n", &[], &["true".to_owned()], Some(&modules), &[]);
         let load = s.find("insmod /lib/modules/vmtest/failover.ko || fail insmod failover\n");
         let net = s.find("insmod /lib/modules/vmtest/virtio_net.ko || fail");
         let addr = s.find("ip addr add 10.0.2.15/24 dev eth0 || fail");
@@ -612,8 +634,21 @@ mod tests {
         assert!(load < net && net < addr && addr < up && up < lsm, "{s}");
         assert!(load.is_some() && lsm.is_some());
         // Built-in drivers: no insmod, still the address.
-        let s = init_script("n", &[], &["true".to_owned()], Some(&[]));
+        let s = init_script("n", &[], &["true".to_owned()], Some(&[]), &[]);
         assert!(!s.contains("insmod /") && s.contains("dev eth0"));
+    }
+
+    #[test]
+    fn init_script_extra_modules() {
+        let extra = vec!["llc".to_owned(), "bridge".to_owned()];
+        let s = init_script("n", &[], &["true".to_owned()], None, &extra);
+        let llc = s.find(
+            "[ -d /sys/module/llc ] || insmod /lib/modules/vmtest/llc.ko || fail insmod llc\n",
+        );
+        let bridge = s.find("insmod /lib/modules/vmtest/bridge.ko || fail insmod bridge");
+        let cmd = s.find("{ true;");
+        assert!(llc.is_some() && llc < bridge && bridge < cmd, "{s}");
+        assert!(!s.contains("eth0"), "extra modules alone give no network");
     }
 
     #[test]

@@ -61,6 +61,7 @@ pub use matrix::{
 };
 pub use vm::{
     accel_for, classify, kernel_cmdline, lsm_list_has_bpf, netdev_args, parse_lsm_list, qemu_args,
-    run, run_with_accel, Accel, HostForward, LsmMode, QemuEnd, Report, VmOutcome, VmSpec,
-    DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT, FORWARD_ADDR, GUEST_ADDR, GUEST_CPUS, GUEST_PREFIX,
+    run, run_with_accel, Accel, GuestExpose, HostForward, LsmMode, QemuEnd, Report, VmOutcome,
+    VmSpec, DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT, FORWARD_ADDR, GUEST_ADDR, GUEST_CPUS,
+    GUEST_PREFIX,
 };

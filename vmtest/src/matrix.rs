@@ -10,7 +10,7 @@ use crate::cache::Cache;
 use crate::error::{Error, Result};
 use crate::kernel::{resolve_kernel, Kernel, KernelSeries};
 use crate::vm::{
-    self, HostForward, LsmMode, VmOutcome, VmSpec, DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT,
+    self, GuestExpose, HostForward, LsmMode, VmOutcome, VmSpec, DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT,
 };
 
 /// What to run in every configuration: [`VmSpec`] without the kernel and
@@ -33,6 +33,10 @@ pub struct Workload {
     pub extra_qemu_args: Vec<String>,
     /// Host loopback ports the guest may reach ([`VmSpec::host_forwards`]).
     pub host_forwards: Vec<HostForward>,
+    /// Guest ports the host may reach ([`VmSpec::exposes`]).
+    pub exposes: Vec<GuestExpose>,
+    /// Kernel modules loaded before the command ([`VmSpec::modules`]).
+    pub modules: Vec<String>,
     /// How many times a configuration whose guest itself failed (a kernel
     /// panic, a hang, no sentinel) is booted again. Emulated guests crash
     /// now and then in timer code under TCG; one retry keeps such a crash
@@ -53,6 +57,8 @@ impl Workload {
             memory_mib: DEFAULT_MEMORY_MIB,
             extra_qemu_args: Vec::new(),
             host_forwards: Vec::new(),
+            exposes: Vec::new(),
+            modules: Vec::new(),
             retries: 1,
         }
     }
@@ -71,6 +77,9 @@ impl Workload {
             extra_qemu_args: self.extra_qemu_args.clone(),
             host_forwards: self.host_forwards.clone(),
             relay: None,
+            exposes: self.exposes.clone(),
+            modules: self.modules.clone(),
+            run_dir: None,
         }
     }
 }

@@ -42,24 +42,54 @@ const ORDER_FILE: &str = "order";
 /// load order (dependencies first); empty if the kernel has them built in.
 /// Extracts them from the kernel's package on first use.
 pub fn nic_modules(kernel: &Kernel) -> Result<Vec<PathBuf>> {
+    cached_modules(kernel, CACHE_SUBDIR, &NIC_MODULES)
+}
+
+/// The modules named in `roots` (and their dependencies) of `kernel`, as
+/// [`nic_modules`] gives the NIC's: decompressed, in load order, cached
+/// beside the kernel per set of names (`modules-<a>+<b>`).
+pub fn extra_modules(kernel: &Kernel, roots: &[String]) -> Result<Vec<PathBuf>> {
+    if roots.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut names: Vec<String> = roots.iter().map(|r| normalize(r)).collect();
+    if let Some(bad) = names
+        .iter()
+        .find(|n| n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    {
+        return Err(Error::KernelModules {
+            kernel: kernel.version.clone(),
+            message: format!("{bad:?} is not a module name"),
+        });
+    }
+    names.sort();
+    names.dedup();
+    let subdir = format!("modules-{}", names.join("+"));
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    cached_modules(kernel, &subdir, &refs)
+}
+
+/// `roots` and their dependencies, extracted once into
+/// `kernels/<version>/<subdir>` and read from there afterwards.
+fn cached_modules(kernel: &Kernel, subdir: &str, roots: &[&str]) -> Result<Vec<PathBuf>> {
     let kdir = kernel_dir(kernel)?;
-    let dest = kdir.join(CACHE_SUBDIR);
+    let dest = kdir.join(subdir);
     if let Some(cached) = read_cached(&dest)? {
         return Ok(cached);
     }
     // One extraction at a time per kernel; the others then find the cache.
-    let _lock = lock(&kdir.join(".nic-modules.lock"))?;
+    let _lock = lock(&kdir.join(format!(".{subdir}.lock")))?;
     if let Some(cached) = read_cached(&dest)? {
         return Ok(cached);
     }
     let scratch = tempfile::Builder::new()
-        .prefix(".nic-modules-")
+        .prefix(&format!(".{subdir}-"))
         .tempdir_in(&kdir)
         .map_err(|e| Error::io("creating extraction dir", &kdir, e))?;
     let found = extract_modules(kernel, scratch.path())?;
     let staged = scratch.path().join("out");
     std::fs::create_dir(&staged).map_err(|e| Error::io("creating modules dir", &staged, e))?;
-    let order = resolve(&found.tree, &found.builtin, &NIC_MODULES, &staged).map_err(|message| {
+    let order = resolve(&found.tree, &found.builtin, roots, &staged).map_err(|message| {
         Error::KernelModules {
             kernel: kernel.version.clone(),
             message,
@@ -77,7 +107,7 @@ pub fn nic_modules(kernel: &Kernel) -> Result<Vec<PathBuf>> {
         std::fs::rename(&dest, &replaced).map_err(|e| Error::io("replacing modules", &dest, e))?;
     }
     std::fs::rename(&staged, &dest).map_err(|e| Error::io("installing modules", &dest, e))?;
-    tracing::info!(kernel = %kernel.version, modules = %order.join(","), "extracted NIC modules");
+    tracing::info!(kernel = %kernel.version, modules = %order.join(","), "extracted kernel modules");
     Ok(order.iter().map(|m| dest.join(format!("{m}.ko"))).collect())
 }
 

@@ -187,8 +187,18 @@ impl FromStr for HostForward {
 /// `restrict=on` cuts the guest off from everything but the `guestfwd`
 /// rules, and each rule's `cmd:` makes qemu spawn `relay 127.0.0.1:PORT`
 /// once per guest connection, with the connection as its stdin and stdout.
-pub fn netdev_args(forwards: &[HostForward], relay: &Path) -> Vec<String> {
+/// `exposes` become `hostfwd` rules, which `restrict=on` leaves working:
+/// they are connections the host opens.
+pub fn netdev_args(forwards: &[HostForward], exposes: &[GuestExpose], relay: &Path) -> Vec<String> {
     let mut netdev = "user,id=vmtest0,restrict=on".to_owned();
+    for e in exposes {
+        netdev.push_str(&format!(
+            ",hostfwd=tcp:{}:{}-{GUEST_ADDR}:{}",
+            e.host.ip(),
+            e.host.port(),
+            e.guest_port
+        ));
+    }
     for f in forwards {
         // qemu's option syntax doubles commas inside a value; the command is
         // split by glib's shell-style parser, hence the quoting.
@@ -248,6 +258,43 @@ impl FromStr for Accel {
     }
 }
 
+/// A TCP port of the guest that the host may reach (qemu's `hostfwd`):
+/// connections to `host` on the host go to [`GUEST_ADDR`]`:guest_port`.
+/// The other direction from [`HostForward`]: what lets an API server on
+/// the host reach a kubelet in the guest. `host`'s address must be one of
+/// the host's own (qemu binds it); make it a loopback address: slirp shows
+/// the guest a loopback peer as its gateway (10.0.2.2), any other peer
+/// as itself, which a guest without a default route cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GuestExpose {
+    /// Where qemu listens on the host.
+    pub host: SocketAddrV4,
+    /// The guest's port the connections go to.
+    pub guest_port: u16,
+}
+
+impl fmt::Display for GuestExpose {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.guest_port)
+    }
+}
+
+impl FromStr for GuestExpose {
+    type Err = Error;
+
+    /// `HOST_ADDR:HOST_PORT:GUEST_PORT`.
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::BadForward(s.to_owned());
+        let (host, guest) = s.rsplit_once(':').ok_or_else(bad)?;
+        let host: SocketAddrV4 = host.parse().map_err(|_| bad())?;
+        let guest_port = guest.parse::<u16>().ok().filter(|&p| p != 0);
+        match guest_port {
+            Some(guest_port) if host.port() != 0 => Ok(GuestExpose { host, guest_port }),
+            _ => Err(bad()),
+        }
+    }
+}
+
 /// One guest boot: which kernel, which LSM list, what to put in the guest
 /// and what to run.
 #[derive(Debug, Clone)]
@@ -280,6 +327,18 @@ pub struct VmSpec {
     /// The relay program qemu runs per forwarded connection; `None` finds
     /// `vmtest-relay` with [`relay::locate`](crate::relay::locate).
     pub relay: Option<PathBuf>,
+    /// Guest ports the host may reach (qemu's `hostfwd`). Non-empty also
+    /// gives the guest its NIC, as [`host_forwards`](Self::host_forwards) does.
+    pub exposes: Vec<GuestExpose>,
+    /// Kernel modules (with their dependencies, from the kernel's package)
+    /// loaded before the command runs.
+    pub modules: Vec<String>,
+    /// Where the run's files go (the initramfs, `console.log`, `output.log`
+    /// with the command's output as it is written, `qemu.log`, and
+    /// `qemu.pid`), kept after the run; `None`: a temporary directory,
+    /// removed. A long-running guest (a Kubernetes node) is watched and
+    /// stopped through them.
+    pub run_dir: Option<PathBuf>,
 }
 
 impl VmSpec {
@@ -297,7 +356,15 @@ impl VmSpec {
             extra_qemu_args: Vec::new(),
             host_forwards: Vec::new(),
             relay: None,
+            exposes: Vec::new(),
+            modules: Vec::new(),
+            run_dir: None,
         }
+    }
+
+    /// Whether the guest gets a NIC: it has forwards or exposed ports.
+    pub fn has_network(&self) -> bool {
+        !self.host_forwards.is_empty() || !self.exposes.is_empty()
     }
 }
 
@@ -459,9 +526,9 @@ pub fn qemu_args(
         "-serial".into(),
         format!("file:{}", output.display()),
     ]);
-    if !spec.host_forwards.is_empty() {
+    if spec.has_network() {
         let relay = relay.unwrap_or(Path::new(crate::relay::RELAY_BIN));
-        args.extend(netdev_args(&spec.host_forwards, relay));
+        args.extend(netdev_args(&spec.host_forwards, &spec.exposes, relay));
     }
     args.extend(spec.extra_qemu_args.iter().cloned());
     args
@@ -552,14 +619,25 @@ pub fn run(spec: &VmSpec) -> Result<VmOutcome> {
 
 /// Boots `spec` with an explicit accelerator.
 pub fn run_with_accel(spec: &VmSpec, accel: Accel) -> Result<VmOutcome> {
-    let work = tempfile::Builder::new()
-        .prefix("vmtest-")
-        .tempdir()
-        .map_err(|e| Error::io("creating run dir", std::env::temp_dir(), e))?;
+    // A kept run directory, or a temporary one that goes with `_temp`.
+    let (_temp, work) = match &spec.run_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io("creating run dir", dir, e))?;
+            (None, dir.clone())
+        }
+        None => {
+            let temp = tempfile::Builder::new()
+                .prefix("vmtest-")
+                .tempdir()
+                .map_err(|e| Error::io("creating run dir", std::env::temp_dir(), e))?;
+            let path = temp.path().to_owned();
+            (Some(temp), path)
+        }
+    };
     let nonce = nonce();
     // The NIC's modules and the relay only when there are forwards: other
     // boots stay exactly as they were.
-    let (nic_modules, relay) = if spec.host_forwards.is_empty() {
+    let (nic_modules, relay) = if !spec.has_network() {
         (None, None)
     } else {
         (
@@ -568,7 +646,7 @@ pub fn run_with_accel(spec: &VmSpec, accel: Accel) -> Result<VmOutcome> {
         )
     };
     let initrd = initramfs::build(
-        work.path(),
+        work.as_path(),
         &nonce,
         &Contents {
             binaries: &spec.binaries,
@@ -576,11 +654,12 @@ pub fn run_with_accel(spec: &VmSpec, accel: Accel) -> Result<VmOutcome> {
             env: &spec.env,
             command: &spec.command,
             nic_modules: nic_modules.as_deref(),
+            extra_modules: &modules::extra_modules(&spec.kernel, &spec.modules)?,
         },
     )?;
-    let console = work.path().join("console.log");
-    let output = work.path().join("output.log");
-    let qemu_log = work.path().join("qemu.log");
+    let console = work.as_path().join("console.log");
+    let output = work.as_path().join("output.log");
+    let qemu_log = work.as_path().join("qemu.log");
     let args = qemu_args(spec, accel, &initrd, &console, &output, relay.as_deref());
     let log = File::create(&qemu_log).map_err(|e| Error::io("creating qemu log", &qemu_log, e))?;
     let log2 = log
@@ -599,6 +678,11 @@ pub fn run_with_accel(spec: &VmSpec, accel: Accel) -> Result<VmOutcome> {
             status: format!("could not start: {e}"),
             output_tail: String::new(),
         })?;
+    if spec.run_dir.is_some() {
+        let pid_file = work.join("qemu.pid");
+        std::fs::write(&pid_file, format!("{}\n", child.id()))
+            .map_err(|e| Error::io("writing", &pid_file, e))?;
+    }
     let mut child = KillOnDrop(child);
     let deadline = started + spec.timeout;
     let end = loop {
@@ -839,6 +923,7 @@ VMTEST-n1 EXIT 3 END\r
 
         let args = netdev_args(
             &[f, HostForward::new(80, 8080)],
+            &[],
             Path::new("/t/a,b c/vmtest-relay"),
         );
         assert_eq!(
@@ -851,6 +936,55 @@ VMTEST-n1 EXIT 3 END\r
                 "-device",
                 "virtio-net-pci,netdev=vmtest0,romfile=",
             ]
+        );
+    }
+
+    #[test]
+    fn guest_exposes() {
+        let e: GuestExpose = "127.0.0.1:20250:10250".parse().unwrap();
+        assert_eq!(e.host.to_string(), "127.0.0.1:20250");
+        assert_eq!(e.guest_port, 10250);
+        assert_eq!(e.to_string(), "127.0.0.1:20250:10250");
+        for bad in [
+            "",
+            "10250",
+            "1:2",
+            "10.0.0.1:0:1",
+            "10.0.0.1:1:0",
+            "x:1:2",
+            "::1:1:2",
+        ] {
+            assert!(bad.parse::<GuestExpose>().is_err(), "{bad}");
+        }
+        // Only exposes: still a NIC, hostfwd rules and no guestfwd.
+        let args = netdev_args(&[], &[e], Path::new("/r"));
+        assert_eq!(
+            args[1],
+            "user,id=vmtest0,restrict=on,hostfwd=tcp:127.0.0.1:20250-10.0.2.15:10250"
+        );
+        let kernel = Kernel {
+            series: KernelSeries::V6_12,
+            version: "6.12.117+deb13-cloud-amd64".into(),
+            package: "linux-image-6.12.117+deb13-cloud-amd64".into(),
+            package_version: "6.12.117-1".into(),
+            vmlinuz: PathBuf::from("/c/vmlinuz"),
+        };
+        let mut spec = VmSpec::new(kernel, LsmMode::Bpf, vec!["true".into()]);
+        assert!(!spec.has_network());
+        spec.exposes = vec![e];
+        assert!(spec.has_network());
+        let joined = qemu_args(
+            &spec,
+            Accel::Tcg,
+            Path::new("/i"),
+            Path::new("/c"),
+            Path::new("/o"),
+            None,
+        )
+        .join(" ");
+        assert!(
+            joined.contains("hostfwd=tcp:127.0.0.1:20250-10.0.2.15:10250"),
+            "{joined}"
         );
     }
 

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use vmtest::{resolve_kernel, run, Cache, HostForward, KernelSeries, LsmMode, VmSpec};
+use vmtest::{resolve_kernel, run, Cache, GuestExpose, HostForward, KernelSeries, LsmMode, VmSpec};
 
 /// Connections the guest opens at once.
 const CONNECTIONS: usize = 3;
@@ -129,6 +129,61 @@ probe 1.1.1.1 80
             out.output
         );
     }
+}
+
+#[test]
+fn host_reaches_guest_port_through_expose_and_kernel_modules_load() {
+    // The other direction, what a kubelet in a guest needs: the host
+    // connects to a loopback port, the guest's listener answers (slirp shows
+    // it the host as its gateway, which it reaches without a default
+    // route). And a module asked for by name (bridge, with its llc and stp)
+    // is loaded before the command: the guest makes a bridge.
+    let cache = Cache::from_env().expect("cache dir");
+    let kernel = resolve_kernel(KernelSeries::V6_12, &cache).expect("resolve 6.12");
+    let host_port = {
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let script = r#"
+ip link add krt-test0 type bridge && echo "bridge made"
+echo "guest answers" | nc -l -p 8080 >/tmp/got
+echo "guest got: $(cat /tmp/got)"
+"#;
+    let mut spec = VmSpec::new(
+        kernel,
+        LsmMode::Bpf,
+        vec!["sh".into(), "-c".into(), script.into()],
+    );
+    spec.exposes = vec![format!("127.0.0.1:{host_port}:8080")
+        .parse::<GuestExpose>()
+        .unwrap()];
+    spec.modules = vec!["bridge".into()];
+    spec.relay = Some(PathBuf::from(env!("CARGO_BIN_EXE_vmtest-relay")));
+    let guest = std::thread::spawn(move || run(&spec));
+    // qemu listens from its start, the guest's nc only once booted: until
+    // then a connection is accepted and closed with nothing said.
+    let mut reply = String::new();
+    for _ in 0..240 {
+        if let Ok(mut conn) = TcpStream::connect(("127.0.0.1", host_port)) {
+            conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let _ = writeln!(conn, "host says hi");
+            let _ = BufReader::new(conn).read_line(&mut reply);
+            if !reply.is_empty() {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let out = guest.join().unwrap().expect("boot");
+    eprintln!("guest output:\n{}", out.output);
+    assert_eq!(reply, "guest answers\n");
+    assert_eq!(out.exit_code, 0, "console:\n{}", out.console);
+    assert!(out.output.contains("bridge made\n"), "{}", out.output);
+    assert!(
+        out.output.contains("guest got: host says hi\n"),
+        "{}",
+        out.output
+    );
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use vmtest::initramfs::{parse_env, parse_file_mapping};
-use vmtest::{HostForward, KernelSeries, LsmMode, Workload, DEFAULT_MEMORY_MIB};
+use vmtest::{GuestExpose, HostForward, KernelSeries, LsmMode, Workload, DEFAULT_MEMORY_MIB};
 
 /// Boot stock Debian kernels under qemu with a small initramfs and run a
 /// command inside.
@@ -69,6 +69,10 @@ fn forward_arg(s: &str) -> Result<HostForward, vmtest::Error> {
     s.parse()
 }
 
+fn expose_arg(s: &str) -> Result<GuestExpose, vmtest::Error> {
+    s.parse()
+}
+
 fn env_arg(s: &str) -> Result<(String, String), String> {
     parse_env(s).ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
 }
@@ -107,6 +111,17 @@ pub struct WorkloadArgs {
     #[arg(long = "forward", value_name = "GUEST_PORT:HOST_PORT", value_parser = forward_arg)]
     pub forwards: Vec<HostForward>,
 
+    /// Let the host reach the guest's GUEST_PORT by connecting to
+    /// HOST_ADDR:HOST_PORT (an address of the host's own; repeatable).
+    /// Gives the guest a NIC, as --forward does.
+    #[arg(long = "expose", value_name = "HOST_ADDR:HOST_PORT:GUEST_PORT", value_parser = expose_arg)]
+    pub exposes: Vec<GuestExpose>,
+
+    /// A kernel module to load (with its dependencies, from the kernel's
+    /// package) before the command runs (repeatable).
+    #[arg(long = "module", value_name = "NAME")]
+    pub modules: Vec<String>,
+
     /// How many times `matrix` boots a configuration again when the guest
     /// itself failed (panic, hang, no sentinel); every retry is reported.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -129,6 +144,8 @@ impl WorkloadArgs {
             memory_mib: self.memory,
             extra_qemu_args: self.qemu_args.clone(),
             host_forwards: self.forwards.clone(),
+            exposes: self.exposes.clone(),
+            modules: self.modules.clone(),
             retries: self.retries,
         }
     }

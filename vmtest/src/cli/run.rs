@@ -24,6 +24,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub console: bool,
 
+    /// Keep the run's files in DIR (console.log, output.log written as the
+    /// command runs, qemu.log, qemu.pid): how a long-running guest, such as
+    /// a Kubernetes node, is watched and stopped.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub workload: WorkloadArgs,
 }
@@ -33,7 +39,8 @@ pub fn exec(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cache = Cache::from_env()?;
     let kernel = resolve_kernel(args.kernel, &cache)
         .with_context(|| format!("resolving kernel {}", args.kernel))?;
-    let spec = args.workload.workload().spec(kernel, args.lsm);
+    let mut spec = args.workload.workload().spec(kernel, args.lsm);
+    spec.run_dir = args.run_dir.clone();
     let outcome = run(&spec).with_context(|| {
         format!(
             "booting {} ({}, lsm {})",
