@@ -18,6 +18,14 @@
 //! 4. mid-change under the server (item 2): an edit, then etcd SIGKILLed
 //!    and, after the outage, restarted from its own command line (same data
 //!    directory). The API server keeps answering; it says it is not ready.
+//! 5. writes refused (item 6): an edit, then every status, Report and Event
+//!    write of the daemon answered 500 (a validating webhook that cannot
+//!    be called, `failurePolicy: Fail`);
+//! 6. writes throttled (item 6): the same writes answered 429 Too Many
+//!    Requests, by a webhook of the test's own (`common/throttle.rs`)
+//!    whose code the API server passes through. For both: the refused
+//!    writes are counted by kind and bounded (retried with backoff, not
+//!    in a loop), and nothing is lost once the server takes them again.
 //!
 //! Each prints one row: what was injected, the longest enforcement gap
 //! (goal 0), time to detect (the log line, the metric (`api_reachable 0`,
@@ -36,6 +44,7 @@ mod common;
 
 use common::faults::{healthz, wait_for_ok, ConnectLoop, OwnCluster, Part};
 use common::host::HostPod;
+use common::throttle::ThrottlingWebhook;
 use common::*;
 use kyverno_runtime_testkube::LocalCluster;
 use std::net::SocketAddr;
@@ -369,6 +378,64 @@ impl Rig<'_> {
         self.row(label, from, detect, recover, lost0)
     }
 
+    /// Every write of the daemon refused for `outage` by the webhook
+    /// `config` (named `name`), right after `edit`: the row, with the
+    /// refused writes counted by kind and bounded (retries with backoff,
+    /// not a loop). `changed_denied`: whether the edit denies CHANGED.
+    #[allow(clippy::too_many_arguments)]
+    fn writes_refused(
+        &mut self,
+        label: String,
+        announce: String,
+        config: &str,
+        name: &str,
+        edit: &str,
+        changed_denied: bool,
+        outage: Duration,
+    ) -> Row {
+        let (from, lost0) = (self.connects.len(), writes_lost(self.metrics));
+        let failed0 = writes_failed(self.metrics);
+        println!("{announce}");
+        apply(&self.own.cluster, config);
+        apply(&self.own.cluster, edit);
+        let seen = self.daemon.log().len();
+        let refused = Instant::now();
+        let detect = self.detect(Verdict::WritesRefused, refused, seen);
+        std::thread::sleep(outage.saturating_sub(refused.elapsed()));
+        self.own
+            .cluster
+            .kubectl_ok(&["delete", "validatingwebhookconfiguration", name])
+            .unwrap();
+        let window = refused.elapsed();
+        let failed = writes_failed(self.metrics);
+        let tries: Vec<u64> = failed
+            .iter()
+            .zip(failed0)
+            .map(|(now, then)| now - then)
+            .collect();
+        println!(
+            "  refused writes in {:.0?}: status {}, Reports {}, Events {}",
+            window, tries[0], tries[1], tries[2]
+        );
+        let recover = self.recover(Verdict::WritesRefused, Instant::now(), seen, changed_denied);
+        let row = self.row(label, from, detect, recover, lost0);
+        // Bounded retries: a write kind tried at most about once a second
+        // (the test's flush intervals are 1 s) plus its retries' backoff,
+        // not in a loop.
+        let bound = 3 * window.as_secs().max(1);
+        for (what, n) in ["status", "Reports", "Events"].iter().zip(&tries) {
+            assert!(
+                *n <= bound,
+                "{what} writes tried {n} times in {window:?}: a retry loop"
+            );
+        }
+        assert!(
+            tries[0] > 0,
+            "no status write was refused: the fault did not bite"
+        );
+        row
+    }
+
     fn row(
         &self,
         fault: String,
@@ -549,56 +616,34 @@ fn main() {
     // with a 500 (item 6), right after an edit whose status must be
     // written; enforcement goes on, the writes are retried with backoff
     // and what they carry is kept.
-    let (from, lost0) = (connects.len(), writes_lost(metrics));
-    let failed0 = writes_failed(metrics);
-    println!("fault 5: edit (allow {CHANGED} again), then every write of the daemon refused (500) for {secs} s");
-    apply(&rig.own.cluster, &refusing_webhook(free_loopback().port()));
-    apply(&rig.own.cluster, &policy(&[]));
-    let seen = rig.daemon.log().len();
-    let refused = Instant::now();
-    let detect = rig.detect(Verdict::WritesRefused, refused, seen);
-    std::thread::sleep(outage.saturating_sub(refused.elapsed()));
-    rig.own
-        .cluster
-        .kubectl_ok(&[
-            "delete",
-            "validatingwebhookconfiguration",
-            "faults-refuse-writes",
-        ])
-        .unwrap();
-    let window = refused.elapsed();
-    let failed = writes_failed(metrics);
-    let tries: Vec<u64> = failed
-        .iter()
-        .zip(failed0)
-        .map(|(now, then)| now - then)
-        .collect();
-    println!(
-        "  refused writes in {:.0?}: status {}, Reports {}, Events {}",
-        window, tries[0], tries[1], tries[2]
-    );
-    let recover = rig.recover(Verdict::WritesRefused, Instant::now(), seen, false);
-    rows.push(rig.row(
+    rows.push(rig.writes_refused(
         format!("edit + every write refused (500) {secs} s"),
-        from,
-        detect,
-        recover,
-        lost0,
+        format!("fault 5: edit (allow {CHANGED} again), then every write of the daemon refused (500) for {secs} s"),
+        &refusing_webhook(free_loopback().port()),
+        "faults-refuse-writes",
+        &policy(&[]),
+        false,
+        outage,
     ));
-    // Bounded retries: a write kind tried at most about once a second
-    // (the test's flush intervals are 1 s) plus its retries' backoff, not
-    // in a loop.
-    let bound = 3 * window.as_secs().max(1);
-    for (what, n) in ["status", "Reports", "Events"].iter().zip(&tries) {
-        assert!(
-            *n <= bound,
-            "{what} writes tried {n} times in {window:?}: a retry loop"
-        );
-    }
-    assert!(
-        tries[0] > 0,
-        "no status write was refused: the fault did not bite"
+
+    // 6. Writes throttled: the same writes answered 429 Too Many Requests
+    // (a webhook of the test's own answers each review with code 429,
+    // which the API server passes through), as by a server shedding load.
+    let throttle = ThrottlingWebhook::start();
+    rows.push(rig.writes_refused(
+        format!("edit + every write throttled (429) {secs} s"),
+        format!("fault 6: edit (deny {CHANGED} again), then every write of the daemon answered 429 for {secs} s"),
+        &throttle.configuration("faults-throttle-writes"),
+        "faults-throttle-writes",
+        &policy(&[CHANGED]),
+        true,
+        outage,
+    ));
+    println!(
+        "  the webhook answered {} reviews with 429",
+        throttle.reviews()
     );
+    assert!(throttle.reviews() > 0, "no write reached the 429 webhook");
 
     println!();
     println!(

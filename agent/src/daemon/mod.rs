@@ -386,8 +386,18 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         retry::with_fallback(&mut backends, reason);
     }
     crate::cli::input::check_kubeconfig()?;
-    let client = kube::Client::try_default()
+    let mut config = kube::Config::infer()
         .await
+        .context("connecting to the API server (in-cluster config or KUBECONFIG)")?;
+    // kube's default retry layer re-sends a request answered 429, 503 or
+    // 504 up to 15 times, its backoff growing to minutes (about 164 s in
+    // all), before the caller sees the answer: a throttled status, Report
+    // or Event write would stall its loop that long with nothing said
+    // (issue 34, item 6). The daemon's write loops retry each kind with
+    // their own bounded backoff and count every refusal (api_health), so
+    // they see each answer.
+    config.default_retry = false;
+    let client = kube::Client::try_from(config)
         .context("connecting to the API server (in-cluster config or KUBECONFIG)")?;
 
     let metrics = Arc::new(Metrics::new());

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 pub mod faults;
 pub mod host;
 pub mod pki;
+pub mod throttle;
 
 /// The local control plane, with every CRD the chart ships applied.
 pub fn cluster() -> &'static LocalCluster {
