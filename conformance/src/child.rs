@@ -30,6 +30,16 @@ pub struct ChildTask {
     pub procs: PathBuf,
     /// The workloads' network namespace (`/proc/PID/fd/N`).
     pub netns: PathBuf,
+    /// On a real node: the container's mount namespace
+    /// (`/proc/PID/ns/mnt`), so the program and the file are the
+    /// container's own, as `kubectl exec` would find them.
+    #[serde(default)]
+    pub mntns: Option<PathBuf>,
+    /// On a real node: the node's cgroup namespace (`/proc/1/ns/cgroup`),
+    /// joined first: a process may only move to a cgroup inside its own
+    /// namespace's root, and the suite's pod has one of its own.
+    #[serde(default)]
+    pub cgroupns: Option<PathBuf>,
     /// The action.
     pub op: Op,
 }
@@ -123,18 +133,51 @@ fn broken(what: &str, e: impl std::fmt::Display) -> ChildReport {
     }
 }
 
+/// Opens a namespace file, when there is one to open.
+fn open_ns(path: Option<&PathBuf>) -> Result<Option<std::fs::File>, ChildReport> {
+    match path {
+        None => Ok(None),
+        Some(p) => std::fs::File::open(p)
+            .map(Some)
+            .map_err(|e| broken(&format!("opening {}", p.display()), e)),
+    }
+}
+
 fn run(task: &ChildTask) -> ChildReport {
-    let netns = match std::fs::File::open(&task.netns) {
-        Ok(f) => f,
-        Err(e) => return broken(&format!("opening {}", task.netns.display()), e),
+    use nix::sched::{setns, CloneFlags};
+    // Every namespace is opened before the cgroup is joined (see above).
+    let opened = (|| {
+        Ok::<_, ChildReport>((
+            open_ns(Some(&task.netns))?,
+            open_ns(task.mntns.as_ref())?,
+            open_ns(task.cgroupns.as_ref())?,
+        ))
+    })();
+    let (netns, mntns, cgroupns) = match opened {
+        Ok((Some(net), mnt, cgroup)) => (net, mnt, cgroup),
+        Ok((None, _, _)) => return broken("opening the network namespace", "no path"),
+        Err(report) => return report,
     };
+    if let Some(ns) = cgroupns {
+        if let Err(e) = setns(&ns, CloneFlags::CLONE_NEWCGROUP) {
+            return broken("joining the node's cgroup namespace", e);
+        }
+    }
     if let Err(e) = std::fs::write(&task.procs, std::process::id().to_string()) {
         return broken(&format!("joining {}", task.procs.display()), e);
     }
-    if let Err(e) = nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET) {
+    if let Err(e) = setns(&netns, CloneFlags::CLONE_NEWNET) {
         return broken("joining the workloads' network", e);
     }
     drop(netns);
+    if let Some(ns) = mntns {
+        if let Err(e) = setns(&ns, CloneFlags::CLONE_NEWNS) {
+            return broken("joining the container's mounts", e);
+        }
+        if let Err(e) = std::env::set_current_dir("/") {
+            return broken("entering the container's root", e);
+        }
+    }
     let done = |outcome| ChildReport {
         resolved: None,
         outcome,

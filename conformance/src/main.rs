@@ -20,6 +20,7 @@
 
 mod child;
 mod node;
+mod real;
 mod runner;
 
 use clap::{Parser, Subcommand};

@@ -72,6 +72,29 @@ pub struct RunArgs {
     /// Print every step of every scenario, and the daemon's log.
     #[arg(long, short)]
     verbose: bool,
+    /// Real nodes to run on as well (repeat, or comma-separate):
+    /// `NAME[=BACKEND]`, BACKEND being the open/exec backend the node's
+    /// daemon must use (bpf_lsm, fmod_ret, none). The chart must be
+    /// installed; `ci/conformance-real` prepares everything.
+    #[arg(long = "real-node", value_delimiter = ',')]
+    real_node: Vec<crate::real::RealNodeArg>,
+    /// On real nodes: the suite's image (`ci/node-image suite`).
+    #[arg(long, requires = "real_node")]
+    suite_image: Option<String>,
+    /// On real nodes: the image of the scenarios' containers (busybox).
+    #[arg(long, default_value = "localhost/kyverno-runtime-busybox:1")]
+    workload_image: String,
+    /// On real nodes: the chart's namespace.
+    #[arg(long, default_value = "kyverno-runtime")]
+    daemon_namespace: String,
+    /// On real nodes: a node label the chart's nodeSelector names; the
+    /// runner sets it on the node under test alone, so the daemon runs
+    /// on one node at a time and each policy's cluster-wide conditions
+    /// speak of that node, as in the harness. Without it the daemons stay
+    /// where they are (and a restricted node makes enforce policies
+    /// unavailable cluster-wide).
+    #[arg(long)]
+    select_label: Option<String>,
 }
 
 /// The runner's entry point.
@@ -135,33 +158,60 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             .map(|c| config::parse(c))
             .collect::<conformance::Result<Vec<_>>>()?
     };
-    if configs.is_empty() && !args.host {
-        bail!("nothing to run: no kernel and no --host");
+    if configs.is_empty() && !args.host && args.real_node.is_empty() {
+        bail!("nothing to run: no kernel, no --host and no --real-node");
     }
+    let suite_image = match (&args.suite_image, args.real_node.is_empty()) {
+        (Some(i), _) => i.clone(),
+        (None, true) => String::new(),
+        (None, false) => bail!("--real-node needs --suite-image (ci/node-image suite builds it)"),
+    };
     if let Some(b) = &broken {
         println!("--break: {b} (this run must fail)");
     }
-    let mut bins = binaries(&args)?;
     let cluster = kyverno_runtime_testkube::LocalCluster::get()
         .context("the local control plane (ci/kube-up)")?;
     install_crds(cluster, &repo)?;
     println!(
         "{} scenarios on {} node(s); API server from {}",
         all.len(),
-        configs.len() + usize::from(args.host),
+        configs.len() + usize::from(args.host) + args.real_node.len(),
         cluster.kubeconfig.display()
     );
     let mut nodes = Vec::new();
-    for &config in &configs {
-        let node = run_vm(config, &all, &mut bins, cluster, args.verbose);
+    // The daemon is built only for the nodes that run it themselves.
+    let mut bins = if configs.is_empty() && !args.host {
+        None
+    } else {
+        Some(binaries(&args)?)
+    };
+    if let Some(bins) = bins.as_mut() {
+        for &config in &configs {
+            let node = run_vm(config, &all, bins, cluster, args.verbose);
+            summarize(&node);
+            nodes.push(node);
+        }
+        if args.host {
+            let node = run_host(&all, bins, cluster, args.verbose);
+            summarize(&node);
+            nodes.push(node);
+        }
+    }
+    let real = crate::real::RealRun {
+        cluster,
+        suite_image: &suite_image,
+        workload_image: &args.workload_image,
+        daemon_namespace: &args.daemon_namespace,
+        verbose: args.verbose,
+        select_label: args.select_label.as_deref(),
+        all_nodes: &args.real_node,
+    };
+    for node in &args.real_node {
+        let node = real.run(node, &all);
         summarize(&node);
         nodes.push(node);
     }
-    if args.host {
-        let node = run_host(&all, &bins, cluster, args.verbose);
-        summarize(&node);
-        nodes.push(node);
-    }
+    real.unselect();
     let run = Run {
         scenarios: all.iter().map(|s| s.name.clone()).collect(),
         nodes,
@@ -458,6 +508,7 @@ fn run_vm(
             system_namespace: SYSTEM_NAMESPACE.into(),
             verbose,
             scenarios: scenarios.to_vec(),
+            real: None,
         };
         std::fs::write(work.path().join("plan.json"), serde_json::to_string(&plan)?)?;
         let mut spec = vmtest::VmSpec::new(
@@ -585,6 +636,7 @@ fn run_host(
             system_namespace: SYSTEM_NAMESPACE.into(),
             verbose,
             scenarios: scenarios.to_vec(),
+            real: None,
         };
         let plan_path = work.path().join("plan.json");
         std::fs::write(&plan_path, serde_json::to_string(&plan)?)?;
@@ -621,7 +673,7 @@ fn run_host(
 }
 
 /// The result lines of a node's output.
-fn parse_output(output: &str) -> (Vec<Cell>, Option<NodeLine>) {
+pub(crate) fn parse_output(output: &str) -> (Vec<Cell>, Option<NodeLine>) {
     let mut cells = Vec::new();
     let mut node = None;
     for line in output.lines() {

@@ -682,6 +682,35 @@ pub enum Action {
     Resolve(ResolveAction),
 }
 
+impl Scenario {
+    /// Why the scenario cannot run on a real node (a real kubelet and
+    /// container runtime with the chart's daemon), or `None` when it can:
+    /// there the runtime, not the scenario, lays out the cgroups, and the
+    /// suite does not own the daemon's process to restart it or pass it
+    /// flags (a restart only for the other class of node does not count).
+    pub fn real_node_gap(&self, class: NodeClass) -> Option<String> {
+        if let Some(p) = self
+            .pods
+            .iter()
+            .find(|p| p.runtime != Runtime::Containerd || p.cgroup_driver != CgroupDriver::Cgroupfs)
+        {
+            return Some(format!(
+                "pod {} asks for a runtime or cgroup driver of its own; a real node's runtime lays out its cgroups",
+                p.name
+            ));
+        }
+        if self.steps.iter().any(|s| {
+            matches!(s.kind, StepKind::RestartDaemon(_)) && s.when.is_none_or(|w| w == class)
+        }) {
+            return Some(
+                "it restarts the daemon with flags of its own; on a real node the chart's DaemonSet runs it"
+                    .into(),
+            );
+        }
+        None
+    }
+}
+
 impl Action {
     /// The pod it runs in.
     pub fn pod(&self) -> &str {

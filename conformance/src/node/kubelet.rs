@@ -5,10 +5,12 @@
 //! the pod's cgroups exactly as on a real node.
 
 use super::cluster::Cluster;
-use anyhow::{bail, Context as _};
+use super::net::Sandbox;
+use anyhow::Context as _;
 use conformance::scenario::{CgroupDriver, PodDef, Runtime};
 use k8s_openapi::api::core::v1::Pod;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A running pod: each container's cgroup.
@@ -20,6 +22,12 @@ pub struct RunningPod {
     pub containers: Vec<(String, PathBuf)>,
     /// Directories this pod created, outermost first.
     pub created: Vec<PathBuf>,
+    /// On a real node: each container's process (the node's PID), in the
+    /// order of `containers`; empty for a pod this module made.
+    pub pids: Vec<u32>,
+    /// On a real node: the pod's own network namespace (the harness's
+    /// pods share the node half's one).
+    pub sandbox: Option<Arc<Sandbox>>,
 }
 
 impl RunningPod {
@@ -28,16 +36,28 @@ impl RunningPod {
         self.def.namespace.as_deref().unwrap_or_default()
     }
 
+    /// The index of `container` (the first when `None`).
+    fn index(&self, container: Option<&str>) -> anyhow::Result<usize> {
+        let found = match container {
+            None => (!self.containers.is_empty()).then_some(0),
+            Some(c) => self.containers.iter().position(|(n, _)| n == c),
+        };
+        found.with_context(|| format!("pod {} has no container {container:?}", self.def.name))
+    }
+
     /// `cgroup.procs` of `container` (the first when `None`).
     pub fn procs(&self, container: Option<&str>) -> anyhow::Result<PathBuf> {
-        let found = match container {
-            None => self.containers.first(),
-            Some(c) => self.containers.iter().find(|(n, _)| n == c),
-        };
-        match found {
-            Some((_, dir)) => Ok(dir.join("cgroup.procs")),
-            None => bail!("pod {} has no container {container:?}", self.def.name),
-        }
+        let i = self.index(container)?;
+        self.containers
+            .get(i)
+            .map(|(_, dir)| dir.join("cgroup.procs"))
+            .context("no such container")
+    }
+
+    /// On a real node, the process of `container` (the first when `None`).
+    pub fn pid(&self, container: Option<&str>) -> anyhow::Result<Option<u32>> {
+        let i = self.index(container)?;
+        Ok(self.pids.get(i).copied())
     }
 }
 
@@ -165,6 +185,8 @@ pub fn start(
         def: def.clone(),
         containers: running,
         created,
+        pids: Vec::new(),
+        sandbox: None,
     })
 }
 

@@ -17,6 +17,8 @@ mod cluster;
 mod daemon;
 mod kubelet;
 mod net;
+mod realpod;
+mod restart;
 mod steps;
 
 use anyhow::{bail, Context as _};
@@ -63,6 +65,21 @@ pub struct Plan {
     pub verbose: bool,
     /// The scenarios, in order.
     pub scenarios: Vec<Scenario>,
+    /// A real node: the suite runs in a pod there, its pods are started by
+    /// the node's kubelet and runtime, the daemon is the chart's.
+    #[serde(default)]
+    pub real: Option<RealNode>,
+}
+
+/// What the node half needs on a real node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RealNode {
+    /// The namespace of the chart's DaemonSet.
+    pub daemon_namespace: String,
+    /// The image of the scenarios' containers (busybox, present on the
+    /// node).
+    pub workload_image: String,
 }
 
 /// The DaemonSet's name.
@@ -101,7 +118,9 @@ fn emit<T: Serialize>(kind: &str, value: &T) {
 pub struct NodeHalf {
     plan: Plan,
     cluster: Cluster,
-    sandbox: net::Sandbox,
+    /// The workloads' shared network; `None` on a real node, where each
+    /// pod has its own.
+    sandbox: Option<net::Sandbox>,
     cgroup_root: PathBuf,
     daemon_cfg: DaemonConfig,
     daemon: Option<Daemon>,
@@ -119,6 +138,30 @@ impl NodeHalf {
     fn setup(plan: Plan) -> anyhow::Result<NodeHalf> {
         let started = Instant::now();
         let cluster = Cluster::connect()?;
+        if plan.real.is_some() {
+            return Ok(NodeHalf {
+                daemon_cfg: DaemonConfig {
+                    bin: plan.daemon.clone(),
+                    node: plan.node.clone(),
+                    system_namespace: plan.system_namespace.clone(),
+                    daemonset: DAEMONSET.into(),
+                    pin_dir: plan.bpffs.clone(),
+                    metrics_addr: plan.metrics_addr.clone(),
+                    verbose: plan.verbose,
+                    dns_resolvers: Vec::new(),
+                },
+                plan,
+                cluster,
+                sandbox: None,
+                cgroup_root: realpod::node_cgroup2_root()?,
+                daemon: None,
+                class: NodeClass::Capable,
+                open_exec: String::new(),
+                started,
+                bpffs_mounted: false,
+                fixtures_made: Vec::new(),
+            });
+        }
         std::fs::create_dir_all(&plan.bpffs)
             .with_context(|| format!("creating {}", plan.bpffs.display()))?;
         let mounted = Command::new("mount")
@@ -153,7 +196,7 @@ impl NodeHalf {
         let node = NodeHalf {
             plan,
             cluster,
-            sandbox,
+            sandbox: Some(sandbox),
             cgroup_root,
             daemon_cfg,
             daemon: None,
@@ -366,12 +409,23 @@ impl NodeHalf {
 
     fn run_all(&mut self) -> anyhow::Result<()> {
         self.probe()?;
-        self.start_daemon(&[])?;
-        println!(
-            "[{:>6.1}s] daemon running; {} scenarios",
-            self.elapsed(),
-            self.plan.scenarios.len()
-        );
+        if let Some(real) = self.plan.real.clone() {
+            let pod = self.attach_daemon(&real)?;
+            println!(
+                "[{:>6.1}s] the chart's daemon {}/{pod} runs here, /metrics at {}; {} scenarios",
+                self.elapsed(),
+                real.daemon_namespace,
+                self.plan.metrics_addr,
+                self.plan.scenarios.len()
+            );
+        } else {
+            self.start_daemon(&[])?;
+            println!(
+                "[{:>6.1}s] daemon running; {} scenarios",
+                self.elapsed(),
+                self.plan.scenarios.len()
+            );
+        }
         let scenarios = self.plan.scenarios.clone();
         for s in &scenarios {
             let cell = self.run_scenario(s);
@@ -397,6 +451,9 @@ impl NodeHalf {
                 }
             }
             emit("cell", &cell);
+            if self.plan.real.is_some() {
+                continue;
+            }
             // The next scenario starts from the defaults and a live daemon.
             let healthy = self.daemon.as_mut().is_some_and(|d| d.exited().is_none());
             let default_flags = self.daemon.as_ref().is_some_and(|d| d.extra.is_empty());
@@ -405,13 +462,88 @@ impl NodeHalf {
                 self.start_daemon(&[])?;
             }
         }
-        let took = self.stop_daemon()?;
-        println!(
-            "[{:>6.1}s] daemon stopped in {:.1}s",
-            self.elapsed(),
-            took.as_secs_f64()
-        );
+        if self.plan.real.is_none() {
+            let took = self.stop_daemon()?;
+            println!(
+                "[{:>6.1}s] daemon stopped in {:.1}s",
+                self.elapsed(),
+                took.as_secs_f64()
+            );
+        }
         Ok(())
+    }
+
+    /// On a real node: the chart's daemon pod here, Ready, whose /metrics
+    /// the checks read; its DNS resolvers must hold the scenarios' (the
+    /// daemon learns nothing from another resolver's answers).
+    fn attach_daemon(&mut self, real: &RealNode) -> anyhow::Result<String> {
+        let c = &self.cluster;
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let pod = loop {
+            let list = c
+                .block_on(
+                    c.ns::<Pod>(&real.daemon_namespace).list(
+                        &kube::api::ListParams::default()
+                            .fields(&format!("spec.nodeName={}", self.plan.node)),
+                    ),
+                )
+                .context("listing the daemon's pods")?;
+            let ready = list.items.into_iter().find(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            });
+            if let Some(p) = ready {
+                break p;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "no Ready pod of the chart's DaemonSet on {} in namespace {} (helm install first)",
+                    self.plan.node,
+                    real.daemon_namespace
+                );
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        };
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .context("the daemon's pod has no IP")?;
+        let container = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .context("the daemon's pod has no container")?;
+        let port = container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some("metrics"))
+            .map(|p| p.container_port)
+            .context("the daemon's container has no port named metrics")?;
+        let args = container.args.clone().unwrap_or_default().join(" ");
+        let resolvers: std::collections::BTreeSet<String> = self
+            .plan
+            .scenarios
+            .iter()
+            .filter_map(|s| s.resolver.as_ref().map(|r| r.address.to_string()))
+            .collect();
+        for r in resolvers {
+            let listed = args
+                .split_whitespace()
+                .filter_map(|a| a.strip_prefix("--dns-resolvers="))
+                .any(|l| l.split(',').any(|x| x == r));
+            if !listed {
+                bail!(
+                    "the daemon's --dns-resolvers lacks {r}, the scenarios' resolver (install the chart with daemon.dns.resolvers including it)"
+                );
+            }
+        }
+        self.plan.metrics_addr = format!("{ip}:{port}");
+        Ok(name)
     }
 
     fn run_scenario(&mut self, s: &Scenario) -> Cell {
@@ -428,6 +560,16 @@ impl NodeHalf {
         if let Some(n) = s.not_on.iter().find(|n| n.nodes == self.class) {
             cell.verdict = Verdict::NotApplicable;
             cell.difference = Some(format!("not on {} nodes: {}", n.nodes, n.reason));
+            return cell;
+        }
+        if let Some(gap) = self
+            .plan
+            .real
+            .as_ref()
+            .and_then(|_| s.real_node_gap(self.class))
+        {
+            cell.verdict = Verdict::NotApplicable;
+            cell.difference = Some(format!("not on real nodes: {gap}"));
             return cell;
         }
         let mut run = steps::ScenarioRun::new();
@@ -458,24 +600,41 @@ impl NodeHalf {
     fn scenario_body(&mut self, s: &Scenario, run: &mut steps::ScenarioRun) -> anyhow::Result<()> {
         // What an interrupted earlier run may have left.
         self.cleanup(s, run).context("removing leftovers")?;
-        self.fixtures(s)?;
+        if self.plan.real.is_none() {
+            self.fixtures(s)?;
+        }
         for ns in &s.namespaces {
             self.namespace(&ns.name, &ns.labels)?;
         }
-        if let Some(r) = &s.resolver {
+        if let (Some(r), Some(sandbox)) = (&s.resolver, &self.sandbox) {
             for addrs in r.records.values() {
                 for a in addrs {
-                    self.sandbox.add_address(*a)?;
+                    sandbox.add_address(*a)?;
                 }
             }
-            run.resolver = Some(net::Resolver::start(&self.sandbox, r)?);
+            run.resolvers.push(net::Resolver::start(sandbox, r)?);
         }
         for svc in &s.services {
             self.service(svc)?;
         }
         for p in &s.pods {
-            let pod = kubelet::start(&self.cluster, &self.plan.node, &self.cgroup_root, p)
-                .with_context(|| format!("starting pod {}", p.name))?;
+            let pod = match &self.plan.real {
+                None => kubelet::start(&self.cluster, &self.plan.node, &self.cgroup_root, p),
+                Some(real) => realpod::start(
+                    &self.cluster,
+                    &self.plan.node,
+                    &self.cgroup_root,
+                    p,
+                    &real.workload_image,
+                    &s.setup,
+                ),
+            }
+            .with_context(|| format!("starting pod {}", p.name))?;
+            // On a real node each pod has its own network: the resolver
+            // answers in each.
+            if let (Some(r), Some(sandbox)) = (&s.resolver, &pod.sandbox) {
+                run.resolvers.push(net::Resolver::start(sandbox, r)?);
+            }
             run.log.push(format!(
                 "pod {}/{} running in {}",
                 pod.namespace(),
@@ -548,7 +707,11 @@ impl NodeHalf {
     fn service(&self, svc: &conformance::scenario::ServiceDef) -> anyhow::Result<()> {
         let c = &self.cluster;
         let ns = svc.namespace.clone().unwrap_or_default();
-        self.sandbox.add_address(svc.cluster_ip)?;
+        // (On a real node a connect puts its destination on the pod's own
+        // loopback when it runs.)
+        if let Some(sandbox) = &self.sandbox {
+            sandbox.add_address(svc.cluster_ip)?;
+        }
         c.apply(
             &c.ns::<k8s_openapi::api::core::v1::Service>(&ns),
             &svc.name,
@@ -567,7 +730,9 @@ impl NodeHalf {
                 continue;
             }
             for a in svc.endpoints.iter().filter(|a| a.is_ipv6() == v6) {
-                self.sandbox.add_address(*a)?;
+                if let Some(sandbox) = &self.sandbox {
+                    sandbox.add_address(*a)?;
+                }
             }
             let name = slice_name(&svc.name, v6);
             let endpoints: Vec<serde_json::Value> = addrs
@@ -601,7 +766,7 @@ impl NodeHalf {
         for name in names {
             c.delete(&policies, name)?;
         }
-        run.resolver = None;
+        run.resolvers.clear();
         for pod in std::mem::take(&mut run.pods) {
             kubelet::stop(c, &pod)?;
         }

@@ -27,6 +27,7 @@ use nix::sched::{setns, unshare, CloneFlags};
 use crate::child::{CONNECT_TIMEOUT, RECV_TIMEOUT};
 
 /// The workloads' network namespace.
+#[derive(Debug)]
 pub struct Sandbox {
     ns: Arc<File>,
     path: PathBuf,
@@ -58,6 +59,24 @@ impl Sandbox {
         };
         sandbox.ip(&["link", "set", "lo", "up"])?;
         Ok(sandbox)
+    }
+
+    /// A real pod's network namespace, that of its process `pid` (seen
+    /// through the node's PIDs): addresses, listeners and the resolver go
+    /// there, made by this process, which is in no selected pod.
+    pub fn of_process(pid: u32) -> anyhow::Result<Sandbox> {
+        let from = format!("/proc/{pid}/ns/net");
+        let ns = File::open(&from).with_context(|| format!("opening {from}"))?;
+        let path = PathBuf::from(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            ns.as_raw_fd()
+        ));
+        Ok(Sandbox {
+            ns: Arc::new(ns),
+            path,
+            added: Mutex::new(BTreeSet::new()),
+        })
     }
 
     /// The path a child opens to join the namespace.

@@ -18,7 +18,7 @@ use crate::child::{ChildReport, ChildTask, Op, Outcome};
 use anyhow::{bail, Context as _};
 use conformance::scenario::{
     describe_expectation, Action, ConditionCheck, Expect, MetricCheck, Payload, PolicyDef,
-    ReportCheck, Restart, Scenario, ShardCheck, Step, StepKind, Transport, OPEN_EXEC_OF_NODE,
+    ReportCheck, Scenario, ShardCheck, Step, StepKind, Transport, OPEN_EXEC_OF_NODE,
 };
 use conformance::wire;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -28,9 +28,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+
 use std::time::{Duration, Instant};
 
 /// How long after it held an exact count or an absence is read again (a
@@ -43,8 +43,9 @@ const RETRY: Duration = Duration::from_millis(250);
 pub struct ScenarioRun {
     /// Its running pods.
     pub pods: Vec<RunningPod>,
-    /// Its resolver.
-    pub resolver: Option<Resolver>,
+    /// Its resolvers (one in the shared network, or one per pod on a
+    /// real node).
+    pub resolvers: Vec<Resolver>,
     /// What happened, step by step.
     pub log: Vec<String>,
     /// Report checks to read again once [`SETTLE`] has passed.
@@ -66,7 +67,7 @@ impl ScenarioRun {
     pub fn new() -> ScenarioRun {
         ScenarioRun {
             pods: Vec::new(),
-            resolver: None,
+            resolvers: Vec::new(),
             log: Vec::new(),
             deferred: Vec::new(),
         }
@@ -96,7 +97,7 @@ pub fn apply_policy(cluster: &super::Cluster, p: &PolicyDef) -> anyhow::Result<(
 
 /// What an action did, as the expectation is phrased.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Observed {
+pub(super) enum Observed {
     Allowed,
     Refused(String),
     Delivered(String),
@@ -108,7 +109,7 @@ enum Observed {
 }
 
 impl Observed {
-    fn matches(&self, expect: Expect, errno: &str) -> bool {
+    pub(super) fn matches(&self, expect: Expect, errno: &str) -> bool {
         match (self, expect) {
             (Observed::Allowed, Expect::Allowed) => true,
             (Observed::Refused(e), Expect::Refused) => e == errno,
@@ -147,7 +148,7 @@ fn errno_name(n: i32) -> String {
 }
 
 /// The label of a step in messages: `step 3 (exec /x in ns/web)`.
-fn label(step: &Step, run: &ScenarioRun) -> String {
+pub(super) fn label(step: &Step, run: &ScenarioRun) -> String {
     let what = match &step.kind {
         StepKind::Action { action, .. } => {
             let ns = run
@@ -350,7 +351,7 @@ impl NodeHalf {
     }
 
     /// One try of an action by a workload process in its pod.
-    fn attempt(
+    pub(super) fn attempt(
         &self,
         s: &Scenario,
         run: &ScenarioRun,
@@ -358,9 +359,23 @@ impl NodeHalf {
     ) -> anyhow::Result<Observed> {
         let pod = run.pod(action.pod())?;
         let procs = pod.procs(action.container())?;
+        let sandbox = match (&pod.sandbox, &self.sandbox) {
+            (Some(own), _) => own.as_ref(),
+            (None, Some(shared)) => shared,
+            (None, None) => bail!("pod {} has no network", pod.def.name),
+        };
+        // On a real node the program and the file are the container's.
+        let mntns = pod
+            .pid(action.container())?
+            .map(|pid| PathBuf::from(format!("/proc/{pid}/ns/mnt")));
+        let cgroupns = mntns
+            .is_some()
+            .then(|| PathBuf::from(super::realpod::NODE_CGROUPNS));
         let task = |op: Op| ChildTask {
             procs: procs.clone(),
-            netns: self.sandbox.path().clone(),
+            netns: sandbox.path().clone(),
+            mntns: mntns.clone(),
+            cgroupns: cgroupns.clone(),
             op,
         };
         match action {
@@ -424,8 +439,8 @@ impl NodeHalf {
                     }
                     _ => bail!("a connect without a destination"),
                 };
-                self.sandbox.add_address(to.ip())?;
-                let listener = Listener::start(&self.sandbox, to, udp, payload.len())?;
+                sandbox.add_address(to.ip())?;
+                let listener = Listener::start(sandbox, to, udp, payload.len())?;
                 let expected = payload.len();
                 let r = self.child(&task(Op::Send {
                     to: resolve.is_none().then_some(to),
@@ -750,7 +765,7 @@ impl NodeHalf {
 
     /// A mutation; a pod's new labels are returned for the caller to
     /// record (a later relabel re-sends the whole object).
-    fn mutation(
+    pub(super) fn mutation(
         &self,
         s: &Scenario,
         run: &ScenarioRun,
@@ -762,6 +777,22 @@ impl NodeHalf {
                 if let Some(pod) = &r.pod {
                     let running = run.pod(pod)?;
                     let ns = running.namespace().to_string();
+                    if let Some(real) = &self.plan.real {
+                        // The whole object again, with the new labels
+                        // (what the pod was made with, or the apply would
+                        // ask to change an immutable spec).
+                        let mut def = running.def.clone();
+                        def.labels = r.labels.clone();
+                        c.apply(
+                            &c.ns::<Pod>(&ns),
+                            pod,
+                            super::realpod::manifest(&def, &self.plan.node, &real.workload_image),
+                        )?;
+                        return Ok((
+                            format!("labels now {:?}", r.labels),
+                            Some((pod.clone(), r.labels.clone())),
+                        ));
+                    }
                     let containers: Vec<serde_json::Value> = running
                         .def
                         .containers
@@ -808,152 +839,6 @@ impl NodeHalf {
             }
             _ => bail!("not a mutation"),
         }
-    }
-
-    /// SIGTERM, the mutations made while no daemon runs, a new daemon;
-    /// the `throughout` actions are tried over and over from before the
-    /// signal until the new daemon has listed its pods, and each must have
-    /// its outcome every time: no enforcement gap.
-    fn restart(
-        &mut self,
-        s: &Scenario,
-        run: &mut ScenarioRun,
-        r: &Restart,
-    ) -> anyhow::Result<String> {
-        let old = self.daemon.take();
-        let stop = AtomicBool::new(false);
-        let down = AtomicBool::new(false);
-        // (checks, checks while no daemon ran, differences)
-        let tally: Mutex<(u32, u32, Vec<String>)> = Mutex::new((0, 0, Vec::new()));
-        let mut phases: Vec<String> = Vec::new();
-        let mut updates = Vec::new();
-        let this: &NodeHalf = self;
-        let run_ref: &ScenarioRun = run;
-        let (restarted, polled) = std::thread::scope(|scope| {
-            let poller = scope.spawn(|| -> anyhow::Result<()> {
-                while !stop.load(Ordering::SeqCst) {
-                    for step in &r.throughout {
-                        let StepKind::Action {
-                            action,
-                            expect,
-                            errno,
-                        } = &step.kind
-                        else {
-                            continue;
-                        };
-                        let was_down = down.load(Ordering::SeqCst);
-                        let seen = this.attempt(s, run_ref, action)?;
-                        let mut t = tally.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
-                        t.0 += 1;
-                        if was_down {
-                            t.1 += 1;
-                        }
-                        if !seen.matches(*expect, errno) && t.2.len() < 5 {
-                            let when = if was_down {
-                                "while no daemon ran"
-                            } else {
-                                "around the restart"
-                            };
-                            let broken = if step.broken {
-                                ", flipped by --break"
-                            } else {
-                                ""
-                            };
-                            t.2.push(format!(
-                                "{action}: expected {}{broken}, observed {seen} {when}",
-                                describe_expectation(&step.kind)
-                            ));
-                        }
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Ok(())
-            });
-            let restarted = (|| -> anyhow::Result<super::Daemon> {
-                // Checks with the old daemon first.
-                std::thread::sleep(Duration::from_millis(800));
-                let start = Instant::now();
-                if let Some(d) = old {
-                    let (status, took) = d.terminate(Duration::from_secs(20))?;
-                    if !status.success() {
-                        bail!("the daemon exited {status} on SIGTERM");
-                    }
-                    phases.push(format!("SIGTERM: stopped in {:.1}s", took.as_secs_f64()));
-                }
-                down.store(true, Ordering::SeqCst);
-                for m in &r.while_down {
-                    if let StepKind::Action {
-                        action,
-                        expect,
-                        errno,
-                    } = &m.kind
-                    {
-                        // One try: with no daemon, nothing changes by waiting.
-                        let seen = this.attempt(s, run_ref, action)?;
-                        if !seen.matches(*expect, errno) {
-                            let wanted = describe_expectation(&m.kind);
-                            let flipped = if m.broken {
-                                " (flipped by --break)"
-                            } else {
-                                ""
-                            };
-                            bail!("{action} while no daemon ran: expected {wanted}{flipped}, observed {seen}");
-                        }
-                        phases.push(format!("{action} while no daemon ran: {seen}"));
-                        continue;
-                    }
-                    let (what, update) = this.mutation(s, run_ref, &m.kind)?;
-                    phases.push(format!("{} while no daemon ran: {what}", label(m, run_ref)));
-                    updates.extend(update);
-                }
-                // Long enough for several checks with no daemon at all.
-                std::thread::sleep(Duration::from_secs(2));
-                let mut d = super::Daemon::start(&this.daemon_cfg, &r.args)?;
-                down.store(false, Ordering::SeqCst);
-                d.wait_log("pods on this node listed", Duration::from_secs(180))?;
-                phases.push(format!(
-                    "the new daemon{} listed its pods {:.1}s after the SIGTERM",
-                    if r.args.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", r.args.join(" "))
-                    },
-                    start.elapsed().as_secs_f64()
-                ));
-                // A few checks with the new daemon in charge.
-                std::thread::sleep(Duration::from_secs(1));
-                Ok(d)
-            })();
-            stop.store(true, Ordering::SeqCst);
-            let polled = poller
-                .join()
-                .map_err(|_| anyhow::anyhow!("the poller panicked"));
-            (restarted, polled)
-        });
-        for (pod, labels) in updates {
-            if let Some(p) = run.pods.iter_mut().find(|p| p.def.name == pod) {
-                p.def.labels = labels;
-            }
-        }
-        self.daemon = Some(restarted?);
-        polled??;
-        let (checks, while_down, differences) = tally
-            .into_inner()
-            .map_err(|_| anyhow::anyhow!("poisoned"))?;
-        if !differences.is_empty() {
-            bail!(
-                "{} ({}; {checks} checks in all)",
-                differences.join("; "),
-                phases.join("; ")
-            );
-        }
-        if !r.throughout.is_empty() && while_down == 0 {
-            bail!("no check ran while no daemon ran ({})", phases.join("; "));
-        }
-        Ok(format!(
-            "{}; {checks} checks ({while_down} while no daemon ran), every one as expected",
-            phases.join("; ")
-        ))
     }
 }
 

@@ -173,3 +173,37 @@ fn durations_parse() {
     assert_eq!(parse_duration("2h"), None);
     assert_eq!(parse_duration("s"), None);
 }
+
+#[test]
+fn real_nodes_run_every_scenario_but_those_owning_cgroups_or_the_daemon() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let all = load_dir(&dir).unwrap();
+    let gaps = |class: NodeClass| -> Vec<(String, String)> {
+        all.iter()
+            .filter_map(|s| s.real_node_gap(class).map(|g| (s.name.clone(), g)))
+            .collect()
+    };
+    let names =
+        |g: &[(String, String)]| -> Vec<String> { g.iter().map(|(n, _)| n.clone()).collect() };
+    let capable = gaps(NodeClass::Capable);
+    assert_eq!(
+        names(&capable),
+        ["cgroup-layouts", "daemon-restart", "restricted-node"],
+        "{capable:?}"
+    );
+    assert!(capable[0].1.contains("cgroup driver"), "{capable:?}");
+    assert!(capable[1].1.contains("restarts the daemon"), "{capable:?}");
+    // restricted-node restarts the daemon only on capable nodes: a real
+    // restricted node runs it as it is.
+    let restricted = gaps(NodeClass::Restricted);
+    assert_eq!(
+        names(&restricted),
+        ["cgroup-layouts", "daemon-restart"],
+        "{restricted:?}"
+    );
+    // The minimal scenario (one default pod, no restart) runs anywhere.
+    assert_eq!(
+        parsed(MINIMAL).unwrap().real_node_gap(NodeClass::Capable),
+        None
+    );
+}
