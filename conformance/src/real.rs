@@ -13,7 +13,7 @@ use anyhow::{bail, Context as _};
 use conformance::results::NodeRun;
 use conformance::scenario::Scenario;
 use kyverno_runtime_testkube::LocalCluster;
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -328,27 +328,9 @@ impl RealRun<'_> {
     }
 
     fn apply(&self, manifest: &serde_json::Value) -> anyhow::Result<()> {
-        let mut child = self
-            .cluster
-            .kubectl()
-            .args(["apply", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("running kubectl apply")?;
-        child
-            .stdin
-            .take()
-            .context("no stdin")?
-            .write_all(manifest.to_string().as_bytes())?;
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            bail!(
-                "kubectl apply of the suite's pod: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
+        self.cluster
+            .kubectl_stdin(&["apply", "-f", "-"], &manifest.to_string())
+            .context("kubectl apply of the suite's pod")?;
         Ok(())
     }
 }

@@ -129,6 +129,8 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    // Every policy the loaded files name, before --scenario narrows them.
+    let leftovers_of = policy_names(&all);
     if !args.scenario.is_empty() {
         let known: Vec<String> = all.iter().map(|s| s.name.clone()).collect();
         for want in &args.scenario {
@@ -172,6 +174,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cluster = kyverno_runtime_testkube::LocalCluster::get()
         .context("the local control plane (ci/kube-up)")?;
     install_crds(cluster, &repo)?;
+    remove_leftover_policies(cluster, &leftovers_of)?;
     println!(
         "{} scenarios on {} node(s); API server from {}",
         all.len(),
@@ -233,6 +236,47 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The names of every policy the scenarios apply (up front or in a step).
+fn policy_names(all: &[Scenario]) -> Vec<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for s in all {
+        names.extend(s.policies.iter().map(|p| p.name.clone()));
+        for step in &s.steps {
+            if let scenario::StepKind::ApplyPolicy(p) = &step.kind {
+                names.insert(p.name.clone());
+            }
+        }
+    }
+    names.into_iter().collect()
+}
+
+/// Deletes what an interrupted earlier run may have left of the suite's
+/// own policies (each scenario removes only its own, before and after
+/// it runs): a policy left by another scenario selects this one's pods by
+/// their labels and refuses what this one expects delivered.
+fn remove_leftover_policies(
+    cluster: &kyverno_runtime_testkube::LocalCluster,
+    names: &[String],
+) -> anyhow::Result<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let mut args = vec!["delete", "rpol", "--ignore-not-found"];
+    args.extend(names.iter().map(String::as_str));
+    let out = cluster
+        .kubectl_ok(&args)
+        .context("removing the suite's policies left by an earlier run")?;
+    let removed: Vec<&str> = out.lines().filter(|l| l.contains("deleted")).collect();
+    if !removed.is_empty() {
+        println!(
+            "removed {} policies an earlier run left: {}",
+            removed.len(),
+            removed.join("; ")
+        );
+    }
+    Ok(())
 }
 
 fn apply_break(all: &mut [Scenario], spec: &str) -> anyhow::Result<String> {

@@ -148,27 +148,9 @@ fn every_manifest_is_accepted_or_refused_as_it_says() {
 }
 
 fn apply_stdin(cluster: &LocalCluster, manifest: &str) {
-    use std::io::Write;
-    let mut child = cluster
-        .kubectl()
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(manifest.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "apply failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = cluster.kubectl_stdin(&["apply", "-f", "-"], manifest) {
+        panic!("apply failed: {e}");
+    }
 }
 
 #[test]

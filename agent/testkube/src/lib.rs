@@ -118,9 +118,32 @@ impl LocalCluster {
         Ok(self.kubectl().args(args).output()?)
     }
 
+    /// Runs kubectl with `args` and `input` on its standard input (a
+    /// manifest for `apply -f -`), failing unless it exits 0; returns
+    /// stdout.
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Result<String> {
+        use std::io::Write as _;
+        let mut child = self
+            .kubectl()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(input.as_bytes())?;
+        }
+        let out = child.wait_with_output()?;
+        Self::checked(args, out)
+    }
+
     /// Runs kubectl with `args`, failing unless it exits 0; returns stdout.
     pub fn kubectl_ok(&self, args: &[&str]) -> Result<String> {
         let out = self.kubectl_output(args)?;
+        Self::checked(args, out)
+    }
+
+    fn checked(args: &[&str], out: Output) -> Result<String> {
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {

@@ -38,26 +38,12 @@ pub fn cluster() -> &'static LocalCluster {
 
 /// `kubectl apply --server-side` of a manifest.
 pub fn apply(cluster: &LocalCluster, manifest: &str) {
-    let mut child = cluster
-        .kubectl()
-        .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(manifest.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply failed: {}\n{manifest}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = cluster.kubectl_stdin(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        manifest,
+    ) {
+        panic!("kubectl apply failed: {e}\n{manifest}");
+    }
 }
 
 /// This node's shard (`status.nodes[]`) of policy `policy`, as the API

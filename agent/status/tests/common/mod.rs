@@ -16,8 +16,6 @@ use kyverno_runtime_compat::{Backend, Plan, PlanEntry};
 use kyverno_runtime_status::{ClusterView, ClusterWatcher, NodeReport, Placement};
 use kyverno_runtime_testkube::{repo_root, LocalCluster};
 use std::collections::BTreeSet;
-use std::io::Write as _;
-use std::process::Stdio;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -49,26 +47,9 @@ pub fn cluster() -> &'static LocalCluster {
 }
 
 pub fn apply(cluster: &LocalCluster, manifest: &str) {
-    let mut child = cluster
-        .kubectl()
-        .args(["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(manifest.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "apply: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = cluster.kubectl_stdin(&["apply", "-f", "-"], manifest) {
+        panic!("apply: {e}");
+    }
 }
 
 pub fn policy(cluster: &LocalCluster, name: &str) {
