@@ -39,6 +39,11 @@ fn helm() -> PathBuf {
 /// The chart's RBAC objects (ServiceAccount, ClusterRole, Role and their
 /// bindings) rendered with the default values.
 fn rendered_rbac() -> String {
+    rendered_rbac_with(&[])
+}
+
+/// The same, with `sets` (`KEY=VALUE`, helm's `--set`).
+fn rendered_rbac_with(sets: &[&str]) -> String {
     let mut args = vec![
         "template".to_string(),
         RELEASE.into(),
@@ -58,6 +63,10 @@ fn rendered_rbac() -> String {
     ] {
         args.push("--show-only".into());
         args.push(format!("templates/{t}.yaml"));
+    }
+    for set in sets {
+        args.push("--set".into());
+        args.push((*set).into());
     }
     let out = Command::new(helm()).args(&args).output().unwrap();
     assert!(
@@ -424,17 +433,23 @@ fn uid_of_policy(cluster: &LocalCluster, name: &str) -> String {
 }
 
 fn start_daemon(kubeconfig: &Path, pins: &Path) -> Daemon {
+    start_daemon_on(NODE, &[], kubeconfig, pins)
+}
+
+fn start_daemon_on(node: &str, extra: &[&str], kubeconfig: &Path, pins: &Path) -> Daemon {
+    let mut args = vec![
+        "--metrics-addr",
+        "",
+        "--status-interval",
+        "1s",
+        "--pin-dir",
+        pins.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
     Daemon::start(
+        &args,
         &[
-            "--metrics-addr",
-            "",
-            "--status-interval",
-            "1s",
-            "--pin-dir",
-            pins.to_str().unwrap(),
-        ],
-        &[
-            ("NODE_NAME", NODE),
+            ("NODE_NAME", node),
             ("POD_NAMESPACE", NS),
             ("DAEMONSET_NAME", SA),
             ("KUBECONFIG", kubeconfig.to_str().unwrap()),
@@ -456,6 +471,120 @@ fn print_tally(title: &str, t: &BTreeMap<(String, String), (u32, u32)>) {
 /// the chart's role nothing is refused; without `watch` on pods the daemon
 /// is refused and says so; the role never reads Secrets; without `list` on
 /// RuntimePolicies the daemon never starts its pod watch.
+/// The chart's startup taint key.
+const TAINT: &str = "kyverno-runtime.io/agent-not-ready";
+
+/// A Node as a kubelet with `registerWithTaints` registers it: the startup
+/// taint and a taint of someone else's.
+fn tainted_node(cluster: &LocalCluster, name: &str) {
+    let _ = cluster.kubectl_output(&["delete", "node", name, "--ignore-not-found"]);
+    apply(
+        cluster,
+        &format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\nspec:\n  taints:\n  - {{key: {TAINT}, value: \"true\", effect: NoExecute}}\n  - {{key: example.com/maintenance, effect: NoSchedule}}\n"
+        ),
+    );
+}
+
+fn taint_keys(cluster: &LocalCluster, node: &str) -> Vec<String> {
+    get_json(cluster, &["node", node])
+        .and_then(|n| {
+            Some(
+                n["spec"]["taints"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|t| t["key"].as_str().map(str::to_string))
+                    .collect(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_startup_taint_goes_after_the_first_reconcile_and_only_with_the_role_for_it() {
+    let cluster = cluster();
+    setup(cluster);
+    let node = "rbac-taint-node";
+    let dir = tempdir();
+    let (kubeconfig, _token) = token_kubeconfig(cluster, dir.path());
+    let flag = format!("--startup-taint={TAINT}");
+
+    // 1. The chart's role without daemon.startupTaint: the daemon may not
+    //    touch Nodes; it says so, keeps trying, and the taint stays.
+    tainted_node(cluster, node);
+    let mut daemon = start_daemon_on(node, &[&flag], &kubeconfig, &dir.path().join("pins-1"));
+    daemon.wait_log(
+        "the startup taint could not be removed yet",
+        Duration::from_secs(30),
+    );
+    let said = daemon
+        .log()
+        .into_iter()
+        .find(|l| l.contains("the startup taint could not be removed yet"))
+        .unwrap();
+    println!("without the role: {said}");
+    assert!(
+        said.contains("forbidden") || said.contains("Forbidden"),
+        "{said}"
+    );
+    assert!(taint_keys(cluster, node).contains(&TAINT.to_string()));
+    let (status, _, log) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{}", log.join("\n"));
+
+    // 2. With daemon.startupTaint.enabled: removed once the first full
+    //    reconcile is done, never before, and every other taint kept.
+    apply(
+        cluster,
+        &rendered_rbac_with(&["daemon.startupTaint.enabled=true"]),
+    );
+    tainted_node(cluster, node);
+    let before = audit_lines();
+    let mut daemon = start_daemon_on(node, &[&flag], &kubeconfig, &dir.path().join("pins-2"));
+    daemon.wait_log("startup taint removed", Duration::from_secs(30));
+    let log = daemon.log();
+    let listed = log
+        .iter()
+        .position(|l| l.contains("pods on this node listed"))
+        .expect("the pods were listed");
+    let removed = log
+        .iter()
+        .position(|l| l.contains("startup taint removed"))
+        .unwrap();
+    println!("with the role: {}", log[removed]);
+    assert!(
+        listed < removed,
+        "the taint went before the pods were listed:\n{}",
+        log.join("\n")
+    );
+    // (The API server's TaintNodesByCondition admission adds
+    // node.kubernetes.io/not-ready to a new Node: also someone else's.)
+    let left = taint_keys(cluster, node);
+    println!("the Node's taints now: {left:?}");
+    assert!(!left.contains(&TAINT.to_string()), "{left:?}");
+    assert!(
+        left.contains(&"example.com/maintenance".to_string()),
+        "{left:?}"
+    );
+    let (status, _, log) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{}", log.join("\n"));
+    std::thread::sleep(Duration::from_secs(1));
+    let t = tally(&audit_since(before));
+    for needed in [("get", "nodes"), ("patch", "nodes")] {
+        let (n, refused) = t
+            .get(&(needed.0.to_string(), needed.1.to_string()))
+            .copied()
+            .unwrap_or_default();
+        println!("{} {}: {n} requests, {refused} refused", needed.0, needed.1);
+        assert!(
+            n > 0 && refused == 0,
+            "{needed:?}: {n} requests, {refused} refused"
+        );
+    }
+    let _ = cluster.kubectl_output(&["delete", "node", node]);
+    // The other tests read the default role.
+    apply(cluster, &rendered_rbac());
+}
+
 #[test]
 fn the_chart_role_is_exactly_enough() {
     let cluster = cluster();

@@ -37,6 +37,7 @@ mod load;
 mod resolve;
 mod retry;
 mod services;
+mod taint;
 mod watches;
 
 use anyhow::Context as _;
@@ -207,6 +208,13 @@ pub struct DaemonArgs {
     /// Client key for the push target.
     #[arg(long, env = "KRT_PUSH_TLS_KEY")]
     pub push_tls_key: Option<PathBuf>,
+    /// A taint key (e.g. `kyverno-runtime.io/agent-not-ready`) the daemon
+    /// removes from its Node once it has listed every policy, namespace and
+    /// pod of the node and programmed them: with the kubelet's
+    /// `registerWithTaints` putting `KEY:NoExecute` on a joining node, no
+    /// workload runs there before the daemon enforces. Empty: off.
+    #[arg(long, env = "KRT_STARTUP_TAINT", default_value = "")]
+    pub startup_taint: String,
 }
 
 fn parse_open_exec(s: &str) -> Result<OpenExecBackend, String> {
@@ -686,13 +694,31 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         if let Some(r) = &reporter {
             watches::lock(&engine).set_reporter(r.handle());
         }
+        let (reconciled_tx, reconciled_rx) = watch::channel(false);
         let watches = watches::Watches {
             client: client.clone(),
             node: args.node_name.clone(),
             health: health.clone(),
             metrics: metrics.clone(),
             data: Some(data_rx),
+            reconciled: Some(reconciled_tx),
         };
+        let key = args.startup_taint.trim().to_string();
+        if !key.is_empty() {
+            let (client, node, stop, done) = (
+                client.clone(),
+                args.node_name.clone(),
+                stopped(stop_rx.clone()),
+                stopped(stop_rx.clone()),
+            );
+            tasks.spawn(async move {
+                taint::remove_when_reconciled(client, node, key, reconciled_rx, stop).await;
+                // Its work is done once; it waits for the shutdown like
+                // every task (one that ends early is fatal).
+                done.await;
+                ("startup taint", Ok(()))
+            });
+        }
         let (e, stop) = (engine.clone(), stopped(stop_rx.clone()));
         tasks.spawn(async move {
             retries.run(e, stop).await;

@@ -46,6 +46,9 @@ pub struct Watches {
     pub metrics: Arc<Metrics>,
     /// Policies' fetched data, handed to the engine as it arrives.
     pub data: Option<tokio::sync::mpsc::UnboundedReceiver<DataReady>>,
+    /// Told (true) once policies, namespaces and this node's pods have all
+    /// been listed and handed to the engine: the first full reconcile.
+    pub reconciled: Option<tokio::sync::watch::Sender<bool>>,
 }
 
 // Boxed: a Pod is several times larger than the others, and every update
@@ -87,6 +90,7 @@ struct Synced {
     namespaces: bool,
     pods: bool,
     pod_watch_started: bool,
+    reconciled_told: bool,
 }
 
 impl Watches {
@@ -175,6 +179,12 @@ impl Watches {
                 }
                 () = sleep_until(due), if due.is_some() => lock(&engine).evaluate_due(std::time::Instant::now()),
                 ready = next_data(&mut data) => lock(&engine).data_ready(ready),
+            }
+            if synced.policies && synced.namespaces && synced.pods && !synced.reconciled_told {
+                synced.reconciled_told = true;
+                if let Some(tx) = &self.reconciled {
+                    let _ = tx.send(true);
+                }
             }
             if synced.policies && synced.namespaces && !synced.pod_watch_started {
                 synced.pod_watch_started = true;
