@@ -194,10 +194,7 @@ mod tests {
 
     #[test]
     fn a_container_cgroup_is_found_in_either_drivers_layout() {
-        let root = tempfile::tempdir().map_err(|e| e.to_string());
-        let Ok(root) = root else {
-            panic!("a scratch directory: {root:?}");
-        };
+        let root = tempfile::tempdir().unwrap();
         let id = "4f1c".repeat(16);
         let systemd = root.path().join(format!(
             "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-{id}.scope"
@@ -215,28 +212,25 @@ mod tests {
 
     #[test]
     fn a_pod_runs_only_once_every_container_has_an_id() {
-        let mut pod: Pod = match serde_json::from_value(serde_json::json!({
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
             "status": {"containerStatuses": [
                 {"name": "app", "ready": true, "restartCount": 0, "image": "b", "imageID": "",
                  "containerID": "containerd://abc", "state": {"running": {}}},
                 {"name": "sidecar", "ready": false, "restartCount": 0, "image": "b", "imageID": "",
                  "state": {"waiting": {"reason": "ContainerCreating"}}}]}}))
-        {
-            Ok(p) => p,
-            Err(e) => panic!("a pod: {e}"),
-        };
+        .unwrap();
         let both = ["app".to_string(), "sidecar".to_string()];
         assert_eq!(running_ids(&pod, &both), None);
         assert_eq!(running_ids(&pod, &both[..1]), Some(vec!["abc".to_string()]));
-        if let Some(s) = pod
+        let sidecar = &mut pod
             .status
             .as_mut()
-            .and_then(|s| s.container_statuses.as_mut())
-            .and_then(|c| c.get_mut(1))
-        {
-            s.container_id = Some("containerd://def".into());
-            s.state = serde_json::from_value(serde_json::json!({"running": {}})).ok();
-        }
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[1];
+        sidecar.container_id = Some("containerd://def".into());
+        sidecar.state = serde_json::from_value(serde_json::json!({"running": {}})).unwrap();
         assert_eq!(
             running_ids(&pod, &both),
             Some(vec!["abc".to_string(), "def".to_string()])
