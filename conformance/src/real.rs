@@ -8,12 +8,11 @@
 //! container (its cgroup, its network, its files), and the checks read
 //! the chart's daemon through its Reports, status and `/metrics`.
 
-use crate::node::{Plan, RealNode, MARK};
+use crate::node::{Plan, RealNode};
 use anyhow::{bail, Context as _};
 use conformance::results::NodeRun;
 use conformance::scenario::Scenario;
 use kyverno_runtime_testkube::LocalCluster;
-use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -210,7 +209,7 @@ impl RealRun<'_> {
         self.apply(&self.manifests(pod, &node.name, &serde_json::to_string(&plan)?))?;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            let phase = self.phase(pod)?;
+            let phase = self.pod_field(pod, "{.status.phase}")?;
             if phase != "Pending" && !phase.is_empty() {
                 break;
             }
@@ -233,15 +232,7 @@ impl RealRun<'_> {
             .stdout(Stdio::piped())
             .spawn()
             .context("following the suite pod's log")?;
-        let stdout = logs.stdout.take().context("no stdout")?;
-        let mut output = String::new();
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if !line.starts_with(MARK) {
-                println!("   {line}");
-            }
-            output.push_str(&line);
-            output.push('\n');
-        }
+        let output = crate::runner::echo_node_output(logs.stdout.take().context("no stdout")?);
         let _ = logs.wait();
         let (cells, line) = crate::runner::parse_output(&output);
         run.cells = cells;
@@ -249,17 +240,12 @@ impl RealRun<'_> {
         // The log ends when the container does; its status follows.
         let deadline = Instant::now() + Duration::from_secs(60);
         let code = loop {
-            let code = self.cluster.kubectl_ok(&[
-                "-n",
-                SUITE_NAMESPACE,
-                "get",
-                "pod",
+            let code = self.pod_field(
                 pod,
-                "-o",
-                "jsonpath={.status.containerStatuses[0].state.terminated.exitCode}",
-            ])?;
-            if !code.trim().is_empty() {
-                break code.trim().to_string();
+                "{.status.containerStatuses[0].state.terminated.exitCode}",
+            )?;
+            if !code.is_empty() {
+                break code;
             }
             if Instant::now() > deadline {
                 bail!("the suite's pod {pod} had not ended 60 s after its log did");
@@ -272,7 +258,8 @@ impl RealRun<'_> {
         Ok(())
     }
 
-    fn phase(&self, pod: &str) -> anyhow::Result<String> {
+    /// A field of the suite's pod, by JSONPath (empty when unset).
+    fn pod_field(&self, pod: &str, path: &str) -> anyhow::Result<String> {
         Ok(self
             .cluster
             .kubectl_ok(&[
@@ -282,7 +269,7 @@ impl RealRun<'_> {
                 "pod",
                 pod,
                 "-o",
-                "jsonpath={.status.phase}",
+                &format!("jsonpath={path}"),
             ])?
             .trim()
             .to_string())

@@ -692,15 +692,7 @@ fn run_host(
             .stdout(Stdio::piped())
             .spawn()
             .context("starting the host node")?;
-        let stdout = child.stdout.take().context("no stdout")?;
-        let mut output = String::new();
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if !line.starts_with(MARK) {
-                println!("   {line}");
-            }
-            output.push_str(&line);
-            output.push('\n');
-        }
+        let output = echo_node_output(child.stdout.take().context("no stdout")?);
         let status = child.wait()?;
         let (cells, _) = parse_output(&output);
         node.cells = cells;
@@ -714,6 +706,20 @@ fn run_host(
     }
     node.seconds = started.elapsed().as_secs_f64();
     node
+}
+
+/// Reads a node's output to its end, printing its human lines (indented)
+/// as they come; returns all of it, result lines included.
+pub(crate) fn echo_node_output(out: impl std::io::Read) -> String {
+    let mut output = String::new();
+    for line in BufReader::new(out).lines().map_while(Result::ok) {
+        if !line.starts_with(MARK) {
+            println!("   {line}");
+        }
+        output.push_str(&line);
+        output.push('\n');
+    }
+    output
 }
 
 /// The result lines of a node's output.
