@@ -510,16 +510,26 @@ async fn a_client_certificate_from_another_ca_is_refused() {
     let sink = PushSink::new(config, None).unwrap();
     let handle = sink.handle();
     let sending = run(sink);
-    handle.submit(finding("/usr/bin/curl"));
-
-    // The stream takes the finding and then fails (or fails first and
+    // The stream takes a finding and then fails (or fails first and
     // retries with it until one takes it): either way it ends up counted.
-    until(Duration::from_secs(10), "a reported failure", || {
-        handle.failures() >= 1 && handle.dropped() == 1
-    })
-    .await;
-    let failure = handle.last_failure().unwrap();
-    eprintln!("foreign client: {failure}");
+    // In TLS 1.3 the client sends its certificate after its side of the
+    // handshake is done, so the collector's alert races the reset of the
+    // connection it closes: on a loaded machine the client can read the
+    // reset first (seen in CI). A few findings give the alert its chance.
+    let mut submitted = 0;
+    let failure = loop {
+        handle.submit(finding("/usr/bin/curl"));
+        submitted += 1;
+        until(Duration::from_secs(10), "a reported failure", || {
+            handle.failures() >= submitted && handle.dropped() == submitted
+        })
+        .await;
+        let failure = handle.last_failure().unwrap();
+        eprintln!("foreign client, attempt {submitted}: {failure}");
+        if failure.contains("UnknownCA") || submitted == 5 {
+            break failure;
+        }
+    };
     // The collector's TLS alert, not only hyper's "connection closed".
     assert!(failure.contains("UnknownCA"), "{failure}");
     assert!(
@@ -528,7 +538,7 @@ async fn a_client_certificate_from_another_ca_is_refused() {
         out.lines()
     );
     assert_eq!(handle.delivered(), 0);
-    assert_eq!(handle.dropped_by(PushDrop::SendFailed), 1);
+    assert_eq!(handle.dropped_by(PushDrop::SendFailed), submitted);
     sending.stop().await;
 
     // The collector is unharmed: a trusted client still gets through.
