@@ -12,7 +12,9 @@
 //! - `demo`: an enforce policy refuses an exec, a monitor policy over
 //!   network egress observes a connection, and both reach the pod's Report;
 //!   the host half then prints `kubectl get rpol` and the Report.
-//! - `restart` (also runs `demo` first): SIGTERM, and while no daemon runs
+//! - `restart` (also runs `demo` first, and an exec storm past the exec
+//!   trace's ring with the daemon stopped: every exec read or counted lost,
+//!   the loss said naming the monitor policy, the denies held): SIGTERM, and while no daemon runs
 //!   the denied exec stays denied (pinned programs and maps); a policy
 //!   deleted meanwhile still applies until the next daemon has adopted and
 //!   reconciled the pins, then stops; deleting the DaemonSet (an uninstall)
@@ -210,6 +212,102 @@ fn metrics_of_interest() -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The sum of the series of `text` whose line holds every one of `parts`.
+fn series_sum(text: &str, parts: &[&str]) -> u64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && parts.iter().all(|p| l.contains(p)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Exec records read and exec records lost to a full ring, from /metrics.
+fn exec_trace_counts() -> (u64, u64) {
+    let m = vmnode::metrics();
+    let read = series_sum(
+        &m,
+        &[
+            "nirmata_runtime_events_ingested_total{",
+            "source=\"exec-trace\"",
+        ],
+    );
+    let lost = series_sum(
+        &m,
+        &[
+            "nirmata_runtime_events_dropped_total{",
+            "source=\"exec-trace\"",
+            "reason=\"ringbuf_full\"",
+        ],
+    );
+    (read, lost)
+}
+
+/// Execs of the storm: their records (1,848 bytes) are more than three
+/// times what the exec trace's 512 KiB ring holds.
+const STORM: u64 = 1_000;
+
+/// Issue 34, item 5: an exec storm past the exec trace's ring, in the pod
+/// the monitor policy demo-watch-exec traces, with the daemon stopped
+/// (SIGSTOP: a reader fallen behind). Every exec is read or counted lost,
+/// exactly; the log says it, naming the policy; enforcement (the kernel's)
+/// holds throughout; and the daemon reads execs again after.
+fn exec_storm(daemon: &Daemon, procs: &Path, denied: &str) {
+    let settled = wait_until(
+        "exec trace counters at rest",
+        Duration::from_secs(30),
+        || {
+            let a = exec_trace_counts();
+            std::thread::sleep(Duration::from_secs(3));
+            (exec_trace_counts() == a).then_some(a)
+        },
+    );
+    daemon.signal("STOP");
+    let start = Instant::now();
+    let stormed = run_child(procs, "storm", &STORM.to_string());
+    let took = start.elapsed();
+    let exec_refused = run_child(procs, "exec", FORBIDDEN);
+    let connect_refused = run_child(procs, "connect", denied);
+    daemon.signal("CONT");
+    assert_eq!(stormed, Outcome::Done);
+    assert_eq!(
+        exec_refused,
+        Outcome::Refused,
+        "the exec deny, daemon stopped"
+    );
+    assert_eq!(
+        connect_refused,
+        Outcome::Refused,
+        "the network deny, daemon stopped"
+    );
+    let (read, lost) = wait_until("every exec accounted for", Duration::from_secs(60), || {
+        let (read, lost) = exec_trace_counts();
+        let (read, lost) = (read - settled.0, lost - settled.1);
+        (read + lost >= STORM).then_some((read, lost))
+    });
+    println!(
+        "         exec storm, daemon stopped: {STORM} execs in {took:.1?}, {FORBIDDEN} and \
+         {denied} refused meanwhile; {read} read, {lost} lost (ringbuf_full)"
+    );
+    assert!(lost > 0, "the ring never overflowed");
+    assert_eq!(read + lost, STORM, "execs neither read nor counted lost");
+    let said = "exec records lost in the kernel";
+    let line = wait_until("the loss in the log", Duration::from_secs(10), || {
+        daemon.lines_with(said).pop()
+    });
+    println!("         log: {}", line.trim());
+    assert!(line.contains("demo-watch-exec"), "{line}");
+    assert!(line.contains(&format!("{lost} (ringbuf_full)")), "{line}");
+    // It reads on.
+    assert_eq!(run_child(procs, "storm", "5"), Outcome::Done);
+    wait_until(
+        "execs read after the storm",
+        Duration::from_secs(30),
+        || {
+            let (r, l) = exec_trace_counts();
+            (r - settled.0 - read >= 5 && l - settled.1 == lost).then_some(())
+        },
+    );
 }
 
 fn guest(mode: &str) -> ExitCode {
@@ -440,6 +538,10 @@ fn guest(mode: &str) -> ExitCode {
         !argv.contains("s3cr3t"),
         "the argv reached the Report unredacted: {argv}"
     );
+
+    if mode == "restart" {
+        exec_storm(&daemon, &procs, &format!("{DENIED_NET}:{WATCHED_PORT}"));
+    }
 
     // The refusal is also a Kubernetes Event on the pod.
     let events = g.ns::<k8s_openapi::api::events::v1::Event>(APP_NS);

@@ -33,4 +33,4 @@ pub use collector::{
 };
 pub use event::{Event, Facts, KernelVerdict, Kind, PodRef, ProcessInfo};
 pub use monitor::{FindingSink, Monitor, MonitorPolicy};
-pub use sources::{PollSource, Polled, RingSource};
+pub use sources::{LossPoll, PollSource, Polled, RingSource};

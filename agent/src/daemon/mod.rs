@@ -34,6 +34,7 @@ mod data_guard;
 mod dns_resolvers;
 mod engine;
 mod load;
+mod losses;
 mod resolve;
 mod retry;
 mod services;
@@ -45,6 +46,7 @@ use clap::Args;
 use engine::{Engine, Slot};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::Api;
+use kyverno_runtime_api::runtimepolicy::RuntimePolicyMode as Mode;
 use kyverno_runtime_bpf::exectrace::ExecTracer;
 use kyverno_runtime_bpf::openexec::Denial;
 use kyverno_runtime_bpf::ring::RecordReader;
@@ -52,6 +54,7 @@ use kyverno_runtime_compat::OpenExecBackend;
 use kyverno_runtime_metrics::{ApiResource, Health, Metrics};
 use kyverno_runtime_metrics::{DropReason, SourceFailureReason};
 use kyverno_runtime_plane::{Collector, Index, Monitor, PollSource, RingSource};
+use kyverno_runtime_policy::values::BehaviorKind as Kind;
 use kyverno_runtime_status::{ClusterWatcher, FlushLoop, Placement, Reports, StatusWriter};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -289,6 +292,17 @@ struct Sources {
     tracer: Option<Arc<ExecTracer>>,
 }
 
+/// The policies a loss of records of `kinds` in `mode` touches, read from
+/// the engine when the loss is said.
+fn affected(
+    engine: &watches::SharedEngine,
+    mode: Option<Mode>,
+    kinds: &'static [Kind],
+) -> impl Fn() -> Vec<String> + Send + 'static {
+    let e = engine.clone();
+    move || lock(&e).policies_with(mode, kinds)
+}
+
 /// Adds every source the node can run to the collector, and registers the
 /// others as failed with the reason (so status says why, not just "no").
 fn add_sources(
@@ -326,6 +340,18 @@ fn add_sources(
                     (DropReason::ringbuf_full, now.1.saturating_sub(before.1)),
                 ]
             });
+            let log = losses::LossLog::new(
+                engine::DENIALS_SOURCE,
+                "open/exec refusal records",
+                "the refusals are still counted in the findings of the enforce policies \
+                 named, without their detail",
+                losses::LOSS_LOG_INTERVAL,
+            );
+            let losses = losses::logged(
+                log,
+                losses,
+                affected(engine, Some(Mode::Enforce), &[Kind::Exec, Kind::Open]),
+            );
             collector.add_source(Box::new(
                 RingSource::new(engine::DENIALS_SOURCE, reader, |d| {
                     vec![engine::denial_event(d)]
@@ -349,6 +375,17 @@ fn add_sources(
                     }
                     Err(_) => Vec::new(),
                 });
+                let log = losses::LossLog::new(
+                    engine::EXEC_TRACE_SOURCE,
+                    "exec records",
+                    "the findings of the monitor policies named miss those execs",
+                    losses::LOSS_LOG_INTERVAL,
+                );
+                let losses = losses::logged(
+                    log,
+                    losses,
+                    affected(engine, Some(Mode::Monitor), &[Kind::Exec]),
+                );
                 collector.add_source(Box::new(
                     RingSource::new(engine::EXEC_TRACE_SOURCE, reader, engine::exec_events)
                         .with_losses(losses),
@@ -375,7 +412,16 @@ fn add_sources(
                 RingSource::new(engine::DNS_SOURCE, reader.into_records(), |q| {
                     vec![engine::dns_event(q)]
                 })
-                .with_losses(Box::new(move || lock(&e).dns_losses())),
+                .with_losses(losses::logged(
+                    losses::LossLog::new(
+                        engine::DNS_SOURCE,
+                        "DNS question records",
+                        "the DNS findings of the policies named miss those questions",
+                        losses::LOSS_LOG_INTERVAL,
+                    ),
+                    Box::new(move || lock(&e).dns_losses()),
+                    affected(engine, None, &[Kind::Dns]),
+                )),
             ));
         }
         None => {

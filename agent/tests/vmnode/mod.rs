@@ -180,6 +180,7 @@ pub fn boot_node(cluster: &kyverno_runtime_testkube::LocalCluster, guest_args: &
 /// does each operation:
 ///
 /// - `exec PATH`: runs PATH (a busybox copy) as `true`;
+/// - `storm N`: runs /bin/busybox as `true` N times in a row;
 /// - `open PATH`: reads the file;
 /// - `connect IP:PORT`: a TCP connection, bounded (a dropped SYN is
 ///   retried, not reported, so a timeout counts as refused);
@@ -242,6 +243,18 @@ fn operation(op: &str, target: &str) -> std::io::Result<()> {
                         Err(std::io::Error::other("the program failed"))
                     }
                 })
+        }
+        // `storm N`: N execs of the static busybox as `true`, one after
+        // the other (the exec trace records each).
+        "storm" => {
+            let n: u32 = target.parse().map_err(std::io::Error::other)?;
+            for _ in 0..n {
+                let s = Command::new("/bin/busybox").arg0("true").status()?;
+                if !s.success() {
+                    return Err(std::io::Error::other("the program failed"));
+                }
+            }
+            Ok(())
         }
         "open" => std::fs::read(target).map(drop),
         // The target listens on loopback: in this guest nothing but a
@@ -477,6 +490,22 @@ impl Daemon {
             }
         });
         Daemon { child, log }
+    }
+
+    /// Sends `SIG` (`STOP`, `CONT`, ...) with kill(1).
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args([&format!("-{sig}"), &pid])
+            .status()
+            .unwrap()
+            .success());
+    }
+
+    /// Its log lines that contain `needle`.
+    pub fn lines_with(&self, needle: &str) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|l| l.contains(needle)).cloned().collect()
     }
 
     /// The last `n` lines of its log, for a failure message.

@@ -531,6 +531,30 @@ impl Engine {
         m.open_backend().stats().ok()
     }
 
+    /// The names of the policies with a behavior of one of `kinds` in
+    /// force, in `mode` (any mode: `None`), that select a pod on this
+    /// node: those whose findings a loss of those records (which cannot
+    /// say whose they were) may leave incomplete.
+    pub fn policies_with(
+        &self,
+        mode: Option<RuntimePolicyMode>,
+        kinds: &[BehaviorKind],
+    ) -> Vec<String> {
+        self.policies
+            .values()
+            .filter(|p| mode.is_none() || p.mode == mode)
+            .filter(|p| p.active.iter().any(|k| kinds.contains(k)))
+            .filter(|p| {
+                p.target().is_some_and(|t| {
+                    self.pods
+                        .values()
+                        .any(|pod| t.matches(&self.namespace_labels(&pod.namespace), &pod.labels))
+                })
+            })
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
     /// The DNS observer's kernel-side losses since the last call.
     pub fn dns_losses(&mut self) -> Vec<(DropReason, u64)> {
         let Slot::Ready(m) = &mut self.dns else {
