@@ -470,6 +470,19 @@ impl<K: DnsKernel> DnsGateManager<K> {
         self.sync()
     }
 
+    /// [`upsert_pod`](Self::upsert_pod) of each of `upserts` and
+    /// [`delete_pod`](Self::delete_pod) of each of `deletes` with one sync
+    /// for all of them.
+    pub fn apply_pods(&mut self, upserts: Vec<NetworkPod>, deletes: &[String]) -> Vec<DnsFailure> {
+        for pod in upserts {
+            self.pods.insert(pod.uid.clone(), pod);
+        }
+        for uid in deletes {
+            self.pods.remove(uid);
+        }
+        self.sync()
+    }
+
     /// Forgets a pod: its cgroups are revoked and detached.
     pub fn delete_pod(&mut self, uid: &str) -> Vec<DnsFailure> {
         self.pods.remove(uid);

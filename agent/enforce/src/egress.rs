@@ -2518,6 +2518,34 @@ where
 
     /// Adds or replaces a pod and (un)binds its cgroups across policies.
     pub fn upsert_pod(&mut self, pod: NetworkPod) -> Vec<EgressFailure> {
+        self.insert_pod(pod);
+        self.sync_all()
+    }
+
+    /// [`upsert_pod`](Self::upsert_pod) of each of `upserts` and
+    /// [`delete_pod`](Self::delete_pod) of each of `deletes` with one
+    /// convergence of every policy for all of them (a relist of a node's
+    /// pods would otherwise converge every policy once per pod).
+    pub fn apply_pods(
+        &mut self,
+        upserts: Vec<NetworkPod>,
+        deletes: &[String],
+    ) -> Vec<EgressFailure> {
+        for pod in upserts {
+            self.insert_pod(pod);
+        }
+        let departed: Vec<NetworkPod> = deletes
+            .iter()
+            .filter_map(|uid| self.pods.remove(uid))
+            .collect();
+        let failures = self.sync_all();
+        for c in departed.iter().flat_map(|p| &p.cgroups) {
+            self.backend.forget_cgroup_path(c.id);
+        }
+        failures
+    }
+
+    fn insert_pod(&mut self, pod: NetworkPod) {
         if let Some(old) = self.pods.get(&pod.uid) {
             for c in &old.cgroups {
                 if !pod.cgroups.iter().any(|n| n.id == c.id) {
@@ -2532,7 +2560,6 @@ where
             a.known_cgroups.extend(pod.cgroups.iter().map(|c| c.id));
         }
         self.pods.insert(pod.uid.clone(), pod);
-        self.sync_all()
     }
 
     /// Forgets a pod and unbinds its cgroups.
@@ -3928,6 +3955,64 @@ mod tests {
         assert!(m.upsert_pod(pod("p3", "web", &[3])).is_empty());
         assert!(m.failures(&pid("a")).is_empty());
         assert_eq!(verdicts(&mut m, &addrs), [Denied, Denied, Denied]);
+    }
+
+    #[test]
+    fn pods_applied_together_end_where_the_same_pods_one_by_one_end() {
+        let selecting = |id: &str, app: &str, deny: &[&str]| {
+            let mut pol = policy(id, Mode::Enforce, &[], deny);
+            pol.target = PodTarget::compile(
+                Some(
+                    &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                        match_labels: Some([("app".to_string(), app.to_string())].into()),
+                        match_expressions: None,
+                    },
+                ),
+                None,
+                &FieldPath::spec(),
+            )
+            .unwrap();
+            pol
+        };
+        let start = || {
+            let mut m = EgressManager::new(fake()).unwrap();
+            m.upsert_policy(selecting("a", "web", &["10.0.0.1"]));
+            m.upsert_policy(selecting("b", "db", &["10.0.0.2"]));
+            m.upsert_policy(policy("c", Mode::Enforce, &["10.1.0.0/16"], &["*"]));
+            m.upsert_pod(pod("gone", "web", &[9]));
+            m
+        };
+        let pods = [
+            pod("p1", "web", &[1]),
+            pod("p2", "db", &[2, 3]),
+            pod("p3", "web", &[4]),
+        ];
+        let mut one_by_one = start();
+        for p in pods.clone() {
+            assert!(one_by_one.upsert_pod(p).is_empty());
+        }
+        assert!(one_by_one.delete_pod("gone").is_empty());
+        let mut together = start();
+        assert!(together
+            .apply_pods(pods.to_vec(), &["gone".to_string()])
+            .is_empty());
+        assert_eq!(together.programmed(), one_by_one.programmed());
+        assert_eq!(together.programmed()[&pid("a")].cgroups, [1, 4].into());
+        assert_eq!(together.programmed()[&pid("b")].cgroups, [2, 3].into());
+        assert_eq!(
+            together.programmed()[&pid("c")].cgroups,
+            [1, 2, 3, 4].into()
+        );
+        for c in [1, 2, 3, 4, 9] {
+            for d in ["10.0.0.1/32", "10.0.0.2/32", "10.1.2.3/32", "192.0.2.1/32"] {
+                assert_eq!(
+                    together.backend().decide(c, &p(d)),
+                    one_by_one.backend().decide(c, &p(d)),
+                    "cgroup {c}, {d}"
+                );
+            }
+        }
+        assert_eq!(together.pod_of_cgroup(9).map(|p| p.uid.as_str()), None);
     }
 
     #[test]

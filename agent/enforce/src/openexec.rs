@@ -623,10 +623,28 @@ where
     /// changed) and binds or unbinds its cgroups across every policy.
     /// Returns the backend calls that failed.
     pub fn upsert_pod(&mut self, pod: Pod) -> Vec<Failure> {
+        self.insert_pod(pod);
+        self.sync_all()
+    }
+
+    fn insert_pod(&mut self, pod: Pod) {
         if let Some(a) = &mut self.adoption {
             a.known_cgroups.extend(pod.cgroups.iter().copied());
         }
         self.pods.insert(pod.uid.clone(), pod);
+    }
+
+    /// [`upsert_pod`](Self::upsert_pod) of each of `upserts` and
+    /// [`delete_pod`](Self::delete_pod) of each of `deletes` with one
+    /// convergence of every policy for all of them (a relist of a node's
+    /// pods would otherwise converge every policy once per pod).
+    pub fn apply_pods(&mut self, upserts: Vec<Pod>, deletes: &[String]) -> Vec<Failure> {
+        for pod in upserts {
+            self.insert_pod(pod);
+        }
+        for uid in deletes {
+            self.pods.remove(uid);
+        }
         self.sync_all()
     }
 

@@ -905,3 +905,59 @@ fn a_pending_policy_deleted_goes() {
     assert!(m.open_backend().held().unwrap().is_empty());
     assert_converged(&m);
 }
+
+// ---- pods applied together --------------------------------------------
+
+/// A relist's pods handed over at once converge to what the same pods
+/// handed over one by one converge to, with each policy converged once.
+#[test]
+fn pods_applied_together_end_where_one_by_one_ends() {
+    let start = || {
+        let mut m = manager();
+        for p in [
+            open_policy("a", E, app("web"), &[], &["/etc/shadow"]),
+            open_policy("b", E, app("db"), &["/data"], &["/etc/passwd"]),
+            open_policy("c", M, PodTarget::everything(), &[], &["/tmp"]),
+        ] {
+            assert!(m.upsert_policy(p).failures.is_empty());
+        }
+        assert!(m.upsert_pod(pod("gone", "web", &[9])).is_empty());
+        m
+    };
+    let pods = [
+        pod("p1", "web", &[1]),
+        pod("p2", "db", &[2, 3]),
+        pod("p3", "web", &[4]),
+    ];
+    let mut one_by_one = start();
+    for p in pods.clone() {
+        assert!(one_by_one.upsert_pod(p).is_empty());
+    }
+    assert!(one_by_one.delete_pod("gone").is_empty());
+    let mut together = start();
+    assert!(together
+        .apply_pods(pods.to_vec(), &["gone".to_string()])
+        .is_empty());
+    assert_converged(&together);
+    for dim in Dimension::BOTH {
+        assert_eq!(
+            together.programmed(dim),
+            one_by_one.programmed(dim),
+            "{dim:?}"
+        );
+    }
+    for c in [1, 2, 3, 4, 9] {
+        for f in ["/etc/shadow", "/etc/passwd", "/data/x", "/tmp/y"] {
+            assert_eq!(
+                open_decides(&together, c, f),
+                open_decides(&one_by_one, c, f),
+                "cgroup {c}, {f}"
+            );
+        }
+    }
+    assert_eq!(open_decides(&together, 1, "/etc/shadow"), Decision::Denied);
+    assert_eq!(
+        open_decides(&together, 9, "/etc/shadow"),
+        Decision::Unmatched
+    );
+}

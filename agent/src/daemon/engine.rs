@@ -207,6 +207,34 @@ pub struct Engine {
     late_services: BTreeMap<ServiceName, Option<BTreeSet<IpAddr>>>,
     /// Whether Services were listed while no network manager was loaded.
     late_services_synced: bool,
+    /// What a batch of watch events deferred (see [`Engine::begin_batch`]).
+    batch: Batch,
+}
+
+/// Work derived from the whole state that a batch of events defers to its
+/// end: each event of a relist would otherwise redo it over every pod and
+/// policy (1,000 pods of 1,000 policies: a billion selector matches
+/// before the node's pods were listed, measured by `ci/daemon-rss
+/// --cgroups`).
+#[derive(Debug, Default)]
+struct Batch {
+    /// Inside a batch: the work below is marked, not done.
+    open: bool,
+    /// Every policy's report wants rebuilding.
+    reports: bool,
+    /// The exec tracer's gate wants syncing with the pods.
+    exec_trace: bool,
+    /// Pods (uids) to hand to the managers, added, changed or gone: each
+    /// manager converges once for all of them.
+    pods: BTreeSet<String>,
+}
+
+/// One pod as each manager takes it.
+struct ManagerPods {
+    openexec: OpenExecPod,
+    egress: NetworkPod,
+    /// For the protocol classifier and the DNS observer.
+    network: NetworkPod,
 }
 
 #[derive(Default)]
@@ -295,8 +323,31 @@ impl Engine {
             adopted_reconciled: false,
             late_services: BTreeMap::new(),
             late_services_synced: false,
+            batch: Batch::default(),
         }
         .with_loss_baselines()
+    }
+
+    /// Starts a batch of events: until [`Engine::end_batch`], the reports'
+    /// rebuild and the exec tracer's sync are marked instead of done after
+    /// each event, then done once.
+    pub fn begin_batch(&mut self) {
+        self.batch.open = true;
+    }
+
+    /// Ends a batch: does once what its events deferred.
+    pub fn end_batch(&mut self) {
+        self.batch.open = false;
+        let touched = std::mem::take(&mut self.batch.pods);
+        if !touched.is_empty() {
+            self.program_pods(touched);
+        }
+        if std::mem::take(&mut self.batch.exec_trace) {
+            self.sync_exec_trace();
+        }
+        if std::mem::take(&mut self.batch.reports) {
+            self.refresh_reports();
+        }
     }
 
     /// Enforce policies never enforce on the pods of `namespaces` (issue
@@ -458,6 +509,12 @@ impl Engine {
             return;
         }
         self.observe_pod(uid);
+        if self.batch.open {
+            self.batch.pods.insert(uid.to_owned());
+            self.update_unresolved_metric();
+            self.refresh_reports();
+            return;
+        }
         let mut failures = Vec::new();
         if let Some(m) = self.openexec.get() {
             failures.extend(m.delete_pod(uid).iter().map(ToString::to_string));
@@ -478,66 +535,133 @@ impl Engine {
         self.refresh_reports();
     }
 
-    /// Hands a pod (as it is now, with its namespace's labels) to the
-    /// managers.
-    fn program_pod(&mut self, uid: &str) {
-        let Some(p) = self.pods.get(uid) else {
-            return;
-        };
+    /// A pod (as it is now, with its namespace's labels) as each manager
+    /// takes it.
+    fn manager_pods(&self, uid: &str) -> Option<ManagerPods> {
+        let p = self.pods.get(uid)?;
         let namespace_labels = self
             .namespaces
             .get(&p.namespace)
             .cloned()
             .unwrap_or_default();
+        Some(ManagerPods {
+            openexec: OpenExecPod {
+                uid: uid.to_string(),
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                labels: p.labels.clone(),
+                namespace_labels: namespace_labels.clone(),
+                cgroups: p.cgroups.ids(),
+            },
+            egress: NetworkPod {
+                uid: uid.to_string(),
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                labels: p.labels.clone(),
+                namespace_labels,
+                cgroups: p.cgroups.containers.clone(),
+            },
+            network: NetworkPod {
+                uid: uid.to_string(),
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                labels: p.labels.clone(),
+                namespace_labels: self.namespace_labels(&p.namespace),
+                cgroups: p.cgroups.containers.clone(),
+            },
+        })
+    }
+
+    /// Hands a pod to the managers (at the end of the batch, inside one).
+    fn program_pod(&mut self, uid: &str) {
+        if self.batch.open {
+            self.batch.pods.insert(uid.to_owned());
+            return;
+        }
+        let Some(pod) = self.manager_pods(uid) else {
+            return;
+        };
         let mut failures = Vec::new();
         if let Some(m) = self.openexec.get() {
             failures.extend(
-                m.upsert_pod(OpenExecPod {
-                    uid: uid.to_string(),
-                    namespace: p.namespace.clone(),
-                    name: p.name.clone(),
-                    labels: p.labels.clone(),
-                    namespace_labels: namespace_labels.clone(),
-                    cgroups: p.cgroups.ids(),
-                })
-                .into_iter()
-                .map(|f| (f.policy.as_str().to_string(), f.to_string())),
+                m.upsert_pod(pod.openexec)
+                    .into_iter()
+                    .map(|f| (f.policy.as_str().to_string(), f.to_string())),
             );
         }
         if let Some(m) = self.egress.get() {
             failures.extend(
-                m.upsert_pod(NetworkPod {
-                    uid: uid.to_string(),
-                    namespace: p.namespace.clone(),
-                    name: p.name.clone(),
-                    labels: p.labels.clone(),
-                    namespace_labels,
-                    cgroups: p.cgroups.containers.clone(),
-                })
-                .into_iter()
-                .map(|f| (f.policy.as_str().to_string(), f.to_string())),
+                m.upsert_pod(pod.egress)
+                    .into_iter()
+                    .map(|f| (f.policy.as_str().to_string(), f.to_string())),
             );
         }
-        let network_pod = NetworkPod {
-            uid: uid.to_string(),
-            namespace: p.namespace.clone(),
-            name: p.name.clone(),
-            labels: p.labels.clone(),
-            namespace_labels: self.namespace_labels(&p.namespace),
-            cgroups: p.cgroups.containers.clone(),
-        };
         if let Some(m) = self.protocol.get() {
-            for f in m.upsert_pod(network_pod.clone()) {
+            for f in m.upsert_pod(pod.network.clone()) {
                 tracing::error!(pod = %uid, failure = %f, "attaching the protocol classifier failed");
             }
         }
         if let Some(m) = self.dns.get() {
-            for f in m.upsert_pod(network_pod) {
+            for f in m.upsert_pod(pod.network) {
                 tracing::error!(pod = %uid, failure = %f, "gating the DNS observer failed");
             }
         }
         for (policy, f) in failures {
             tracing::error!(pod = %uid, %policy, failure = %f, "binding a pod failed");
+            self.failures.entry(policy).or_default().push(f);
+        }
+    }
+
+    /// Hands the pods a batch touched to the managers: those still on the
+    /// node as they are now, the others as gone; each manager converges
+    /// once for all of them.
+    fn program_pods(&mut self, uids: BTreeSet<String>) {
+        let mut present = Vec::new();
+        let mut departed = Vec::new();
+        for uid in uids {
+            match self.manager_pods(&uid) {
+                Some(pod) => present.push(pod),
+                None => departed.push(uid),
+            }
+        }
+        let mut failures = Vec::new();
+        if let Some(m) = self.openexec.get() {
+            let pods = present.iter().map(|p| p.openexec.clone()).collect();
+            failures.extend(
+                m.apply_pods(pods, &departed)
+                    .into_iter()
+                    .map(|f| (f.policy.as_str().to_string(), f.to_string())),
+            );
+        }
+        if let Some(m) = self.egress.get() {
+            let pods = present.iter().map(|p| p.egress.clone()).collect();
+            failures.extend(
+                m.apply_pods(pods, &departed)
+                    .into_iter()
+                    .map(|f| (f.policy.as_str().to_string(), f.to_string())),
+            );
+        }
+        if let Some(m) = self.protocol.get() {
+            // Converged pod by pod already (its sets are per pod).
+            for pod in &present {
+                for f in m.upsert_pod(pod.network.clone()) {
+                    tracing::error!(pod = %pod.network.uid, failure = %f, "attaching the protocol classifier failed");
+                }
+            }
+            for uid in &departed {
+                for f in m.delete_pod(uid) {
+                    tracing::error!(pod = %uid, failure = %f, "detaching the protocol classifier failed");
+                }
+            }
+        }
+        if let Some(m) = self.dns.get() {
+            let pods = present.iter().map(|p| p.network.clone()).collect();
+            for f in m.apply_pods(pods, &departed) {
+                tracing::error!(failure = %f, "gating the DNS observer failed");
+            }
+        }
+        for (policy, f) in failures {
+            tracing::error!(%policy, failure = %f, "binding or unbinding pods failed");
             self.failures.entry(policy).or_default().push(f);
         }
     }

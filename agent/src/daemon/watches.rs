@@ -11,6 +11,7 @@ use super::data::DataReady;
 use super::engine::Engine;
 use super::services::{Changes, ServiceNames};
 use futures::stream::{select_all, BoxStream, StreamExt};
+use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
@@ -24,9 +25,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The engine, shared with the event plane's poll sources (which drain
-/// the kernel counters through it). Locked per watch event and per poll,
-/// never across an await.
+/// the kernel counters through it). Locked per batch of watch events
+/// and per poll, never across an await.
 pub type SharedEngine = Arc<Mutex<Engine>>;
+
+/// Events handled in one batch at most, so the event plane (which locks
+/// the engine to attribute what the kernel saw) waits a bounded time.
+const MAX_BATCH: usize = 500;
 
 /// Locks the engine even if a panicking holder poisoned it: its state is
 /// the managers' bookkeeping, which every call leaves consistent.
@@ -154,28 +159,43 @@ impl Watches {
                 // this (its sources poll at stop).
                 () = &mut stop => return Ok(()),
                 item = streams.next() => {
-                    if let Some(Ok(update)) = &item {
-                        // An event from a watch: it is connected.
-                        let api = self.metrics.api();
-                        api.succeeded(update.resource(), api.now());
+                    // This event and every one already waiting (a relist
+                    // delivers its objects at once) in one batch: what is
+                    // derived from the whole state is redone once at its
+                    // end, not after each (see Engine::begin_batch).
+                    let mut guard = lock(&engine);
+                    guard.begin_batch();
+                    let mut next = Some(item);
+                    let mut handled = 0;
+                    while let Some(item) = next.take() {
+                        if let Some(Ok(update)) = &item {
+                            // An event from a watch: it is connected.
+                            let api = self.metrics.api();
+                            api.succeeded(update.resource(), api.now());
+                        }
+                        match item {
+                            None => anyhow::bail!("every watch stream ended"),
+                            // kube-runtime's backoff retries; the error is worth a
+                            // line each time (a Forbidden here is an RBAC gap).
+                            Some(Err((resource, e))) => {
+                                let kind = super::api_health::watch_failure(&e);
+                                self.metrics.api().failed(resource, kind, self.metrics.api().now());
+                                tracing::warn!(error = %e, %resource, "watch error (retrying)");
+                            }
+                            Some(Ok(Update::Service(event))) => {
+                                hand_over(&mut guard, names.service_event(*event));
+                            }
+                            Some(Ok(Update::Slice(event))) => {
+                                hand_over(&mut guard, names.slice_event(*event));
+                            }
+                            Some(Ok(update)) => apply(&mut guard, &mut relists, &mut synced, update),
+                        }
+                        handled += 1;
+                        if handled < MAX_BATCH {
+                            next = streams.next().now_or_never();
+                        }
                     }
-                    match item {
-                        None => anyhow::bail!("every watch stream ended"),
-                        // kube-runtime's backoff retries; the error is worth a
-                        // line each time (a Forbidden here is an RBAC gap).
-                        Some(Err((resource, e))) => {
-                            let kind = super::api_health::watch_failure(&e);
-                            self.metrics.api().failed(resource, kind, self.metrics.api().now());
-                            tracing::warn!(error = %e, %resource, "watch error (retrying)");
-                        }
-                        Some(Ok(Update::Service(event))) => {
-                            hand_over(&mut lock(&engine), names.service_event(*event));
-                        }
-                        Some(Ok(Update::Slice(event))) => {
-                            hand_over(&mut lock(&engine), names.slice_event(*event));
-                        }
-                        Some(Ok(update)) => apply(&mut lock(&engine), &mut relists, &mut synced, update),
-                    }
+                    guard.end_batch();
                 }
                 () = sleep_until(due), if due.is_some() => lock(&engine).evaluate_due(std::time::Instant::now()),
                 ready = next_data(&mut data) => lock(&engine).data_ready(ready),

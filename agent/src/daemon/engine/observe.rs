@@ -251,6 +251,10 @@ impl Engine {
     /// [`Engine::retry_exec_trace`], after a wait that doubles from 1 s to
     /// 60 s while they keep failing.
     pub(super) fn sync_exec_trace(&mut self) {
+        if self.batch.open {
+            self.batch.exec_trace = true;
+            return;
+        }
         let Some(gate) = self.plane.parts.tracer.clone() else {
             return;
         };

@@ -6,8 +6,13 @@
 use super::*;
 
 impl Engine {
-    /// Rewrites this node's report on every policy.
+    /// Rewrites this node's report on every policy (at the end of the
+    /// batch, inside one).
     pub fn refresh_reports(&mut self) {
+        if self.batch.open {
+            self.batch.reports = true;
+            return;
+        }
         let names: Vec<String> = self.policies.keys().cloned().collect();
         for name in names {
             let report = self.report(&name);
