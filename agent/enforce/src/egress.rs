@@ -2682,7 +2682,9 @@ where
     }
 
     fn fail(out: &mut Vec<EgressFailure>, id: &PolicyId, step: Step, error: EnforceError) {
-        tracing::warn!(policy = %id, %step, %error, "network backend call failed; retried on the next event");
+        // Said by the caller, once per policy (a full map fails every
+        // cgroup's binding, on every event).
+        tracing::debug!(policy = %id, %step, %error, "network backend call failed; retried on the next event");
         out.push(EgressFailure {
             policy: id.clone(),
             step,

@@ -273,7 +273,9 @@ where
     B: Enforcer<Value = AbsPath>,
 {
     fn fail(&self, out: &mut Vec<Failure>, id: &PolicyId, step: Step, error: EnforceError) {
-        tracing::warn!(
+        // Said by the caller, once per policy (a full map fails every
+        // cgroup's binding, on every event).
+        tracing::debug!(
             policy = %id,
             behavior = self.dimension.behavior().name(),
             %step,

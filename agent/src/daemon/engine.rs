@@ -37,6 +37,7 @@ use kyverno_runtime_enforce::names::ServiceName;
 use kyverno_runtime_enforce::openexec::{OpenExecManager, Pod as OpenExecPod};
 use kyverno_runtime_enforce::protocol::{KernelProtocol, ProtocolManager};
 use kyverno_runtime_enforce::PolicyId;
+use kyverno_runtime_metrics::BackendBehavior;
 use kyverno_runtime_metrics::{DropReason, Metrics};
 use kyverno_runtime_plane::SourceState;
 use kyverno_runtime_policy::compile::EvaluationResult;
@@ -45,7 +46,7 @@ use kyverno_runtime_policy::selector::{PodTarget, NAMESPACE_NAME_LABEL};
 use kyverno_runtime_policy::values::BehaviorKind;
 use kyverno_runtime_report::{Finding, ReporterHandle};
 use kyverno_runtime_status::{types, NodeReport, Reports};
-use policies::{PolicyOutcome, PolicyState};
+use policies::{enforce_failure, PolicyOutcome, PolicyState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -582,19 +583,18 @@ impl Engine {
             return;
         };
         let mut failures = Vec::new();
+        let metrics = self.metrics.clone();
         if let Some(m) = self.openexec.get() {
-            failures.extend(
-                m.upsert_pod(pod.openexec)
-                    .into_iter()
-                    .map(|f| (f.policy.as_str().to_string(), f.to_string())),
-            );
+            failures.extend(m.upsert_pod(pod.openexec).into_iter().map(|f| {
+                metrics.kernel_update_failed(BackendBehavior::open_exec, enforce_failure(&f.error));
+                (f.policy.as_str().to_string(), f.to_string())
+            }));
         }
         if let Some(m) = self.egress.get() {
-            failures.extend(
-                m.upsert_pod(pod.egress)
-                    .into_iter()
-                    .map(|f| (f.policy.as_str().to_string(), f.to_string())),
-            );
+            failures.extend(m.upsert_pod(pod.egress).into_iter().map(|f| {
+                metrics.kernel_update_failed(BackendBehavior::network, enforce_failure(&f.error));
+                (f.policy.as_str().to_string(), f.to_string())
+            }));
         }
         if let Some(m) = self.protocol.get() {
             for f in m.upsert_pod(pod.network.clone()) {
@@ -606,10 +606,7 @@ impl Engine {
                 tracing::error!(pod = %uid, failure = %f, "gating the DNS observer failed");
             }
         }
-        for (policy, f) in failures {
-            tracing::error!(pod = %uid, %policy, failure = %f, "binding a pod failed");
-            self.failures.entry(policy).or_default().push(f);
-        }
+        self.record_failures(failures, "binding a pod failed");
     }
 
     /// Hands the pods a batch touched to the managers: those still on the
@@ -625,21 +622,20 @@ impl Engine {
             }
         }
         let mut failures = Vec::new();
+        let metrics = self.metrics.clone();
         if let Some(m) = self.openexec.get() {
             let pods = present.iter().map(|p| p.openexec.clone()).collect();
-            failures.extend(
-                m.apply_pods(pods, &departed)
-                    .into_iter()
-                    .map(|f| (f.policy.as_str().to_string(), f.to_string())),
-            );
+            failures.extend(m.apply_pods(pods, &departed).into_iter().map(|f| {
+                metrics.kernel_update_failed(BackendBehavior::open_exec, enforce_failure(&f.error));
+                (f.policy.as_str().to_string(), f.to_string())
+            }));
         }
         if let Some(m) = self.egress.get() {
             let pods = present.iter().map(|p| p.egress.clone()).collect();
-            failures.extend(
-                m.apply_pods(pods, &departed)
-                    .into_iter()
-                    .map(|f| (f.policy.as_str().to_string(), f.to_string())),
-            );
+            failures.extend(m.apply_pods(pods, &departed).into_iter().map(|f| {
+                metrics.kernel_update_failed(BackendBehavior::network, enforce_failure(&f.error));
+                (f.policy.as_str().to_string(), f.to_string())
+            }));
         }
         if let Some(m) = self.protocol.get() {
             // Converged pod by pod already (its sets are per pod).
@@ -660,9 +656,39 @@ impl Engine {
                 tracing::error!(failure = %f, "gating the DNS observer failed");
             }
         }
-        for (policy, f) in failures {
-            tracing::error!(%policy, failure = %f, "binding or unbinding pods failed");
-            self.failures.entry(policy).or_default().push(f);
+        self.record_failures(failures, "binding or unbinding pods failed");
+    }
+
+    /// Records failed backend calls (policy uid, failure) for their
+    /// policies' shards, each distinct failure once, and says the new ones
+    /// in the log, one line per policy with its name. A call that keeps
+    /// failing (a full map) is retried on every event: recorded and said
+    /// each time, it grew the list and flooded the log (415,000 lines in
+    /// four minutes with 2,000 pods past a map's capacity, `ci/daemon-rss
+    /// --cgroups 1000 2000`).
+    fn record_failures(&mut self, failures: Vec<(String, String)>, what: &str) {
+        let mut by_policy: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (uid, f) in failures {
+            by_policy.entry(uid).or_default().push(f);
+        }
+        for (uid, fs) in by_policy {
+            let standing = self.failures.entry(uid.clone()).or_default();
+            let mut known: std::collections::HashSet<String> = standing.iter().cloned().collect();
+            let mut new = Vec::new();
+            for f in fs {
+                if known.insert(f.clone()) {
+                    standing.push(f.clone());
+                    new.push(f);
+                }
+            }
+            if let Some(first) = new.first() {
+                let name = self
+                    .policies
+                    .values()
+                    .find(|p| p.uid == uid)
+                    .map_or(uid.as_str(), |p| p.name.as_str());
+                tracing::error!(policy = %name, new_failures = new.len(), first = %first, "{what}");
+            }
         }
     }
 
@@ -838,13 +864,12 @@ impl Engine {
     }
 
     fn reprogrammed(&mut self, done: Reprogrammed) {
-        for f in done.failures {
-            tracing::error!(policy = %f.policy, failure = %f, "re-programming a Service's addresses failed");
-            self.failures
-                .entry(f.policy.as_str().to_string())
-                .or_default()
-                .push(f.to_string());
-        }
+        let failures = done
+            .failures
+            .iter()
+            .map(|f| (f.policy.as_str().to_string(), f.to_string()))
+            .collect();
+        self.record_failures(failures, "re-programming a Service's addresses failed");
         if !done.policies.is_empty() {
             self.refresh_reports();
         }
@@ -864,16 +889,43 @@ impl Engine {
                 "policies not evaluated yet keep what a previous daemon pinned for them"
             );
         }
-        if let Some(m) = self.openexec.get() {
-            for f in m.reconcile_adopted(&pending) {
-                tracing::error!(failure = %f, "reconciling adopted open/exec state failed");
-            }
-        }
-        if let Some(m) = self.egress.get() {
-            for f in m.reconcile_adopted(&pending) {
-                tracing::error!(failure = %f, "reconciling adopted egress state failed");
-            }
-        }
+        self.reconcile_adopted_openexec(&pending);
+        self.reconcile_adopted_egress(&pending);
+    }
+
+    /// The open/exec manager's reconciliation of what it adopted; its
+    /// failures are counted and recorded like any binding's.
+    fn reconcile_adopted_openexec(&mut self, pending: &BTreeSet<PolicyId>) {
+        let metrics = self.metrics.clone();
+        let Some(m) = self.openexec.get() else {
+            return;
+        };
+        let failures = m
+            .reconcile_adopted(pending)
+            .into_iter()
+            .map(|f| {
+                metrics.kernel_update_failed(BackendBehavior::open_exec, enforce_failure(&f.error));
+                (f.policy.as_str().to_string(), f.to_string())
+            })
+            .collect();
+        self.record_failures(failures, "reconciling adopted open/exec state failed");
+    }
+
+    /// As [`Engine::reconcile_adopted_openexec`], for the egress manager.
+    fn reconcile_adopted_egress(&mut self, pending: &BTreeSet<PolicyId>) {
+        let metrics = self.metrics.clone();
+        let Some(m) = self.egress.get() else {
+            return;
+        };
+        let failures = m
+            .reconcile_adopted(pending)
+            .into_iter()
+            .map(|f| {
+                metrics.kernel_update_failed(BackendBehavior::network, enforce_failure(&f.error));
+                (f.policy.as_str().to_string(), f.to_string())
+            })
+            .collect();
+        self.record_failures(failures, "reconciling adopted egress state failed");
     }
 }
 

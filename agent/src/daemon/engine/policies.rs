@@ -575,8 +575,10 @@ impl Engine {
             failures.extend(outcome.failures.iter().map(ToString::to_string));
         }
         failures.extend(refused_only_here(&refused_here, &rejections));
-        for f in &failures {
-            tracing::error!(policy = %name, failure = %f, "programming the policy failed");
+        if let Some(first) = failures.first() {
+            // One line for the policy, not one per failed call (a full map
+            // refuses every cgroup's binding).
+            tracing::error!(policy = %name, failures = failures.len(), first = %first, "programming the policy failed");
         }
         self.failures.insert(uid.clone(), failures);
         self.rejections.insert(uid, rejections);
@@ -584,7 +586,7 @@ impl Engine {
 }
 
 /// The metric reason of a backend's error.
-fn enforce_failure(e: &kyverno_runtime_enforce::EnforceError) -> KernelUpdateFailure {
+pub(super) fn enforce_failure(e: &kyverno_runtime_enforce::EnforceError) -> KernelUpdateFailure {
     use kyverno_runtime_enforce::EnforceError as E;
     match e {
         E::MapFull { .. } => KernelUpdateFailure::map_full,

@@ -167,20 +167,8 @@ impl Engine {
     fn reconcile_late(&mut self, slot: LateSlot) {
         let pending = self.pending_policies();
         match slot {
-            LateSlot::OpenExec => {
-                if let Some(m) = self.openexec.get() {
-                    for f in m.reconcile_adopted(&pending) {
-                        tracing::error!(failure = %f, "reconciling adopted open/exec state failed");
-                    }
-                }
-            }
-            LateSlot::Egress => {
-                if let Some(m) = self.egress.get() {
-                    for f in m.reconcile_adopted(&pending) {
-                        tracing::error!(failure = %f, "reconciling adopted egress state failed");
-                    }
-                }
-            }
+            LateSlot::OpenExec => self.reconcile_adopted_openexec(&pending),
+            LateSlot::Egress => self.reconcile_adopted_egress(&pending),
             // Not pinned: nothing adopted.
             LateSlot::Protocol | LateSlot::Dns => {}
         }

@@ -5,6 +5,9 @@
 
 use super::*;
 
+/// What a shard's message lists at most, of what is unavailable.
+const MESSAGE_ENTRIES: usize = 8;
+
 impl Engine {
     /// Rewrites this node's report on every policy (at the end of the
     /// batch, inside one).
@@ -172,6 +175,14 @@ impl Engine {
             }
         }
         if !missing.is_empty() {
+            // Bounded: the shard is written to the API, and a full map
+            // fails every cgroup's binding (the log and the metric count
+            // them all).
+            let more = missing.len().saturating_sub(MESSAGE_ENTRIES);
+            missing.truncate(MESSAGE_ENTRIES);
+            if more > 0 {
+                missing.push(format!("and {more} more"));
+            }
             shard.message = Some(missing.join("; "));
         }
         if monitor {
