@@ -339,10 +339,7 @@ impl Engine {
     /// Ends a batch: does once what its events deferred.
     pub fn end_batch(&mut self) {
         self.batch.open = false;
-        let touched = std::mem::take(&mut self.batch.pods);
-        if !touched.is_empty() {
-            self.program_pods(touched);
-        }
+        self.flush_pods();
         if std::mem::take(&mut self.batch.exec_trace) {
             self.sync_exec_trace();
         }
@@ -607,6 +604,18 @@ impl Engine {
             }
         }
         self.record_failures(failures, "binding a pod failed");
+    }
+
+    /// Hands the managers the pods the open batch has touched so far: what
+    /// releases everything no pod claims (the adoption's reconcile) must
+    /// not run before the managers know the pods (it would unbind a pod
+    /// the relist just delivered, and the batch's end bind it again: a
+    /// gap, found by `faults_kill.rs`).
+    fn flush_pods(&mut self) {
+        let touched = std::mem::take(&mut self.batch.pods);
+        if !touched.is_empty() {
+            self.program_pods(touched);
+        }
     }
 
     /// Hands the pods a batch touched to the managers: those still on the
@@ -896,6 +905,7 @@ impl Engine {
     /// The open/exec manager's reconciliation of what it adopted; its
     /// failures are counted and recorded like any binding's.
     fn reconcile_adopted_openexec(&mut self, pending: &BTreeSet<PolicyId>) {
+        self.flush_pods();
         let metrics = self.metrics.clone();
         let Some(m) = self.openexec.get() else {
             return;
@@ -913,6 +923,7 @@ impl Engine {
 
     /// As [`Engine::reconcile_adopted_openexec`], for the egress manager.
     fn reconcile_adopted_egress(&mut self, pending: &BTreeSet<PolicyId>) {
+        self.flush_pods();
         let metrics = self.metrics.clone();
         let Some(m) = self.egress.get() else {
             return;
