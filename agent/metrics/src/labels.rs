@@ -375,3 +375,40 @@ impl BackendLoadLabels {
         BackendLoadLabels { behavior, result }
     }
 }
+
+/// What the NRI plugin's answer to a container start was
+/// (`container_starts_total{outcome}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ContainerStartOutcome {
+    /// The container was programmed before its process started.
+    enforced,
+    /// The answer's bound passed first: the start went ahead and the
+    /// container was programmed after (a window, as without NRI).
+    late,
+    /// Not held: a namespace the daemon never holds (its own, the
+    /// cluster's control pods); programmed meanwhile.
+    not_held,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct StartOutcomeLabels {
+    outcome: ContainerStartOutcome,
+}
+
+impl StartOutcomeLabels {
+    pub(crate) fn new(outcome: ContainerStartOutcome) -> Self {
+        StartOutcomeLabels { outcome }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct HookLabels {
+    hook: String,
+}
+
+impl HookLabels {
+    pub(crate) fn new(hook: &str) -> Self {
+        HookLabels { hook: hook.into() }
+    }
+}

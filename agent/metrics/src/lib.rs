@@ -18,15 +18,16 @@ mod server;
 pub use api::{ApiFailure, ApiHealth, ApiResource, NotReady, Outage, UNREACHABLE_AFTER};
 pub use health::{Health, Unhealthy};
 pub use labels::{
-    BackendBehavior, BackendLoadResult, DropReason, EventWriteFailure, EventWriteResult,
-    GateOperation, KernelUpdateFailure, ReportWriteResult, SourceFailureReason,
+    BackendBehavior, BackendLoadResult, ContainerStartOutcome, DropReason, EventWriteFailure,
+    EventWriteResult, GateOperation, KernelUpdateFailure, ReportWriteResult, SourceFailureReason,
 };
 pub use server::{serve, ServeError};
 
 use labels::{
     BackendLabels, BackendLoadLabels, DropLabels, EventFailureLabels, EventResultLabels,
-    KernelUpdateLabels, OperationLabels, PolicyBehaviorLabels, PolicyExpressionLabels,
+    HookLabels, KernelUpdateLabels, OperationLabels, PolicyBehaviorLabels, PolicyExpressionLabels,
     ProgramLabels, ReasonLabels, ResultLabels, SourceKindLabels, SourceLabels, SourceReasonLabels,
+    StartOutcomeLabels,
 };
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -61,6 +62,8 @@ pub struct Metrics {
     backend_load_attempts: Family<BackendLoadLabels, Counter>,
     backend_available: Family<BackendLabels, Gauge>,
     kernel_updates_failed: Family<KernelUpdateLabels, Counter>,
+    container_start_hook: Family<HookLabels, Gauge>,
+    container_starts: Family<StartOutcomeLabels, Counter>,
     /// Whether the API server answers (see [`ApiHealth`]).
     api: ApiHealth,
     /// The kernel's cumulative (run_time_ns, run_cnt) per program name as
@@ -97,6 +100,8 @@ impl Metrics {
             kernel_updates_failed: Family::default(),
             backend_load_attempts: Family::default(),
             backend_available: Family::default(),
+            container_start_hook: Family::default(),
+            container_starts: Family::default(),
             api: ApiHealth::new(),
             bpf_last_seen: Mutex::new(HashMap::new()),
             registry: Registry::default(),
@@ -197,8 +202,36 @@ impl Metrics {
              names the map, and the update is tried again on the next change",
             m.kernel_updates_failed.clone(),
         );
+        registry.register(
+            "container_start_hook",
+            "1 while the runtime announces each container before its process starts (hook=nri: \
+             the NRI plugin is registered), 0 while it does not: the daemon then learns a \
+             container from its Pod's status, after it started",
+            m.container_start_hook.clone(),
+        );
+        registry.register(
+            "container_starts",
+            "Container starts the runtime announced, by the answer (enforced: programmed before \
+             the process started; late: answered at the bound, programmed after; not_held: a \
+             namespace the daemon never holds)",
+            m.container_starts.clone(),
+        );
         m.api.register(&mut registry);
         Metrics { registry, ..m }
+    }
+
+    /// Whether `hook` (`nri`) announces container starts now.
+    pub fn set_container_start_hook(&self, hook: &str, registered: bool) {
+        self.container_start_hook
+            .get_or_create(&HookLabels::new(hook))
+            .set(i64::from(registered));
+    }
+
+    /// A container start the runtime announced was answered with `outcome`.
+    pub fn container_start(&self, outcome: ContainerStartOutcome) {
+        self.container_starts
+            .get_or_create(&StartOutcomeLabels::new(outcome))
+            .inc();
     }
 
     /// Sets how many running pods on this node have a container whose

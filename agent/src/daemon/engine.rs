@@ -13,6 +13,7 @@ mod observe;
 mod policies;
 mod recover;
 mod reports;
+mod started;
 
 pub use observe::{
     denial_event, dns_event, exec_events, ExecGate, Plane, DENIALS_SOURCE, DNS_SOURCE,
@@ -210,6 +211,9 @@ pub struct Engine {
     late_services_synced: bool,
     /// What a batch of watch events deferred (see [`Engine::begin_batch`]).
     batch: Batch,
+    /// Containers the runtime started before their Pod's status says so
+    /// (the NRI plugin; see `engine/started.rs`).
+    started: started::Started,
 }
 
 /// Work derived from the whole state that a batch of events defers to its
@@ -325,6 +329,7 @@ impl Engine {
             late_services: BTreeMap::new(),
             late_services_synced: false,
             batch: Batch::default(),
+            started: started::Started::default(),
         }
         .with_loss_baselines()
     }
@@ -447,14 +452,65 @@ impl Engine {
         }
     }
 
-    /// A pod on this node was created or changed.
+    /// A pod on this node was created or changed (the watch).
     pub fn apply_pod(&mut self, pod: &Pod) {
+        let pod = self.started.watched(pod);
+        self.take_pod(&pod);
+    }
+
+    /// Keeps what the runtime says of containers before their Pods'
+    /// statuses do (the NRI plugin is on).
+    pub fn enable_runtime_hook(&mut self) {
+        self.started.enable();
+    }
+
+    /// The runtime is starting `container` (its cgroup exists, its process
+    /// has not run): programs it now if its pod is known. Returns whether
+    /// it was (otherwise the pod's arrival from the watch programs it).
+    pub fn container_started(&mut self, container: &kyverno_runtime_nri::Container) -> bool {
+        match self.started.start(container) {
+            Some(pod) => {
+                self.take_pod(&pod);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The runtime stopped or removed `container`.
+    pub fn container_stopped(&mut self, container: &kyverno_runtime_nri::Container) {
+        if let Some(pod) = self.started.stop(container) {
+            self.take_pod(&pod);
+        }
+    }
+
+    /// The runtime's containers when the NRI plugin (re)registered.
+    pub fn runtime_synchronized(&mut self, containers: &[kyverno_runtime_nri::Container]) {
+        for pod in self.started.synchronize(containers) {
+            self.take_pod(&pod);
+        }
+    }
+
+    /// The NRI plugin lost the runtime: the Pods' statuses alone speak.
+    pub fn runtime_disconnected(&mut self) {
+        for pod in self.started.disconnected() {
+            self.take_pod(&pod);
+        }
+    }
+
+    /// Whether the pod `uid` is on this node and handed to the managers.
+    pub fn pod_known(&self, uid: &str) -> bool {
+        self.pods.contains_key(uid)
+    }
+
+    /// A pod as it now is (the watch's, with the runtime's containers).
+    fn take_pod(&mut self, pod: &Pod) {
         self.saw_pod(pod);
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
         if !convert::is_running(pod) {
-            self.delete_pod(&uid);
+            self.remove_pod(&uid);
             return;
         }
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
@@ -501,8 +557,14 @@ impl Engine {
         self.refresh_reports();
     }
 
-    /// A pod left this node (deleted, or no longer Running).
+    /// A pod left this node (the watch: deleted, or moved).
     pub fn delete_pod(&mut self, uid: &str) {
+        self.started.forget(uid);
+        self.remove_pod(uid);
+    }
+
+    /// A pod left this node (deleted, or no longer Running).
+    fn remove_pod(&mut self, uid: &str) {
         if self.pods.remove(uid).is_none() {
             return;
         }

@@ -35,6 +35,7 @@ mod dns_resolvers;
 mod engine;
 mod load;
 mod losses;
+mod nri;
 mod resolve;
 mod retry;
 mod services;
@@ -218,6 +219,14 @@ pub struct DaemonArgs {
     /// workload runs there before the daemon enforces. Empty: off.
     #[arg(long, env = "KRT_STARTUP_TAINT", default_value = "")]
     pub startup_taint: String,
+    /// The container runtime's NRI socket (containerd's and CRI-O's
+    /// default: `/var/run/nri/nri.sock`): the daemon registers an NRI
+    /// plugin there and programs each container before its process
+    /// starts. Empty: off (containers are programmed once their Pod's
+    /// status names them, after they started). An absent socket is tried
+    /// again every 2 s.
+    #[arg(long, env = "KRT_NRI_SOCKET", default_value = "")]
+    pub nri_socket: PathBuf,
 }
 
 fn parse_open_exec(s: &str) -> Result<OpenExecBackend, String> {
@@ -264,6 +273,12 @@ fn refuse_unbuilt(args: &DaemonArgs) -> anyhow::Result<()> {
     }
     if args.node_name.trim().is_empty() {
         anyhow::bail!("--node-name (NODE_NAME) is empty");
+    }
+    if !args.nri_socket.as_os_str().is_empty() && !args.nri_socket.is_absolute() {
+        anyhow::bail!(
+            "--nri-socket (KRT_NRI_SOCKET): {} is not an absolute path on the node",
+            args.nri_socket.display()
+        );
     }
     Ok(())
 }
@@ -763,6 +778,35 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                 // every task (one that ends early is fatal).
                 done.await;
                 ("startup taint", Ok(()))
+            });
+        }
+        if !args.nri_socket.as_os_str().is_empty() {
+            watches::lock(&engine).enable_runtime_hook();
+            let not_held = protected_namespaces(&args)
+                .into_iter()
+                .chain(args.pod_namespace.clone())
+                .collect();
+            let containers = Arc::new(nri::NriContainers::new(
+                engine.clone(),
+                metrics.clone(),
+                not_held,
+            ));
+            // A path on the node: in a pod (hostPID, no host mounts) it is
+            // reached through PID 1's root, as the cgroup mounts are.
+            let (_, host_root) =
+                kyverno_runtime_compat::HostMounts::locate(&kyverno_runtime_compat::LiveHost);
+            let socket = kyverno_runtime_compat::reach(&host_root, &args.nri_socket);
+            tracing::info!(socket = %socket.display(), "NRI: registering a plugin with the container runtime");
+            let (config, stop) = (
+                kyverno_runtime_nri::Config::new(socket),
+                stopped(stop_rx.clone()),
+            );
+            tasks.spawn(async move {
+                tokio::select! {
+                    () = kyverno_runtime_nri::run(config, containers) => {}
+                    _ = stop => {}
+                }
+                ("NRI plugin", Ok(()))
             });
         }
         let (e, stop) = (engine.clone(), stopped(stop_rx.clone()));

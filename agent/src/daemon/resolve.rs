@@ -88,6 +88,18 @@ impl CgroupResolver {
         Ok(Self { inner })
     }
 
+    /// A cgroup v2 hierarchy at `root`, whatever file system it is on (a
+    /// scratch directory in tests).
+    #[cfg(test)]
+    pub fn v2_at(root: PathBuf) -> Self {
+        Self {
+            inner: cgroups::Resolver::new(vec![cgroups::CgroupRoot::new(
+                root,
+                cgroups::CgroupVersion::V2,
+            )]),
+        }
+    }
+
     /// The cgroup v2 hierarchy's mount, when there is one (where a PID's
     /// cgroup path is resolved to a directory).
     pub fn v2_root(&self) -> Option<PathBuf> {

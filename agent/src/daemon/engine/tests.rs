@@ -798,3 +798,90 @@ fn a_batch_defers_the_reports_to_its_end_and_ends_in_the_same_state() {
         Some(false)
     );
 }
+
+/// The NRI plugin's start: a Pending pod's container, which its status
+/// does not name yet, is resolved (the real resolver, over a scratch
+/// hierarchy) and programmed (here: admitted to the exec tracer's gate)
+/// when the runtime announces it; a status still without it keeps it, the
+/// status naming it takes over, and the runtime's stop ends it.
+#[test]
+fn a_container_the_runtime_starts_is_programmed_before_its_status_names_it() {
+    let gate = Arc::new(FakeGate::default());
+    let (mut e, _reports, dir) = engine_with(Some(gate.clone()));
+    e.resolver = CgroupResolver::v2_at(dir.path().to_path_buf());
+    e.enable_runtime_hook();
+    e.plane
+        .parts
+        .sources
+        .set(EXEC_TRACE_SOURCE, SourceState::Available);
+    e.apply_namespace(&namespace("a", &[]));
+    e.apply_policy(&policy(
+        "watch-exec",
+        1,
+        serde_json::json!({"mode": "monitor", "podSelector": {"matchLabels": {"app": "web"}},
+        "behaviors": [{"exec": {"deny": {"values": ["/bin/sh"]}}}]}),
+    ));
+    let uid = "0b5c7d7e-1f1a-4f4e-9a55-2d7f1c0a9e11";
+    let id = "ab".repeat(32);
+    let mut pending = pod("a", "web", &[("app", "web")]);
+    pending.metadata.uid = Some(uid.to_string());
+    if let Some(status) = pending.status.as_mut() {
+        status.phase = Some("Pending".to_string());
+    }
+    e.apply_pod(&pending);
+    assert!(
+        !e.pod_known(uid),
+        "a Pending pod is not handed to the managers"
+    );
+
+    // The runtime created the container (its cgroup exists) and announces it.
+    let cgroup = dir
+        .path()
+        .join(format!("kubepods/besteffort/pod{uid}/{id}"));
+    std::fs::create_dir_all(&cgroup).unwrap_or_else(|e| panic!("{e}"));
+    let ino = std::os::unix::fs::MetadataExt::ino(
+        &std::fs::metadata(&cgroup).unwrap_or_else(|e| panic!("{e}")),
+    );
+    let container = kyverno_runtime_nri::Container {
+        runtime: "containerd".into(),
+        pod_uid: uid.into(),
+        pod_namespace: "a".into(),
+        pod_name: "web".into(),
+        name: "main".into(),
+        id: id.clone(),
+    };
+    assert!(e.container_started(&container));
+    assert!(e.pod_known(uid));
+    assert_eq!(
+        gate.held(),
+        BTreeSet::from([ino]),
+        "programmed at the start"
+    );
+
+    // The kubelet's next status, still without the container: kept.
+    e.apply_pod(&pending);
+    assert_eq!(gate.held(), BTreeSet::from([ino]));
+
+    // The status naming it: the same cgroup, nothing changes.
+    let mut running: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "a", "uid": uid, "labels": {"app": "web"}},
+        "status": {"phase": "Running", "containerStatuses": [{
+            "name": "main", "containerID": format!("containerd://{id}"), "image": "", "imageID": "",
+            "ready": true, "restartCount": 0, "state": {"running": {}}}]}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    e.apply_pod(&running);
+    assert_eq!(gate.held(), BTreeSet::from([ino]));
+
+    // The runtime's stop of a container the status names running changes
+    // nothing (the status speaks for it); once the status says so too, the
+    // pod is no longer running.
+    e.container_stopped(&container);
+    assert_eq!(gate.held(), BTreeSet::from([ino]));
+    if let Some(status) = running.status.as_mut() {
+        status.phase = Some("Succeeded".to_string());
+    }
+    e.apply_pod(&running);
+    assert!(gate.held().is_empty());
+    assert!(!e.pod_known(uid));
+}
