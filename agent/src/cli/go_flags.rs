@@ -149,6 +149,28 @@ mod tests {
         assert_eq!(d.metrics_addr, ":19090");
         assert_eq!(d.drain_interval, Duration::from_secs(90));
         assert_eq!(d.event_buffer, 4096);
+        // Flags the original does not have keep their defaults: no NRI
+        // plugin unless asked for.
+        assert_eq!(d.nri_socket, None);
+    }
+
+    /// The chart's `--nri-socket` (daemon.nri) parses to the path.
+    #[test]
+    fn the_nri_socket_is_optional_and_taken_as_written() {
+        let cli = Cli::try_parse_from([
+            "kyverno-runtime",
+            "daemon",
+            "--node-name=n",
+            "--nri-socket=/var/run/nri/nri.sock",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let Command::Daemon(d) = cli.command else {
+            panic!("not the daemon: {:?}", cli.command)
+        };
+        assert_eq!(
+            d.into_args().nri_socket.as_deref(),
+            Some(std::path::Path::new("/var/run/nri/nri.sock"))
+        );
     }
 
     /// `--v=N` (klog's long form) and `-vN` parse too.

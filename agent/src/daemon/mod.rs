@@ -222,11 +222,11 @@ pub struct DaemonArgs {
     /// The container runtime's NRI socket (containerd's and CRI-O's
     /// default: `/var/run/nri/nri.sock`): the daemon registers an NRI
     /// plugin there and programs each container before its process
-    /// starts. Empty: off (containers are programmed once their Pod's
+    /// starts. Unset: off (containers are programmed once their Pod's
     /// status names them, after they started). An absent socket is tried
     /// again every 2 s.
-    #[arg(long, env = "KRT_NRI_SOCKET", default_value = "")]
-    pub nri_socket: PathBuf,
+    #[arg(long, env = "KRT_NRI_SOCKET")]
+    pub nri_socket: Option<PathBuf>,
 }
 
 fn parse_open_exec(s: &str) -> Result<OpenExecBackend, String> {
@@ -274,10 +274,10 @@ fn refuse_unbuilt(args: &DaemonArgs) -> anyhow::Result<()> {
     if args.node_name.trim().is_empty() {
         anyhow::bail!("--node-name (NODE_NAME) is empty");
     }
-    if !args.nri_socket.as_os_str().is_empty() && !args.nri_socket.is_absolute() {
+    if let Some(socket) = args.nri_socket.as_ref().filter(|s| !s.is_absolute()) {
         anyhow::bail!(
             "--nri-socket (KRT_NRI_SOCKET): {} is not an absolute path on the node",
-            args.nri_socket.display()
+            socket.display()
         );
     }
     Ok(())
@@ -780,7 +780,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                 ("startup taint", Ok(()))
             });
         }
-        if !args.nri_socket.as_os_str().is_empty() {
+        if let Some(nri_socket) = &args.nri_socket {
             watches::lock(&engine).enable_runtime_hook();
             let not_held = protected_namespaces(&args)
                 .into_iter()
@@ -795,7 +795,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
             // reached through PID 1's root, as the cgroup mounts are.
             let (_, host_root) =
                 kyverno_runtime_compat::HostMounts::locate(&kyverno_runtime_compat::LiveHost);
-            let socket = kyverno_runtime_compat::reach(&host_root, &args.nri_socket);
+            let socket = kyverno_runtime_compat::reach(&host_root, nri_socket);
             tracing::info!(socket = %socket.display(), "NRI: registering a plugin with the container runtime");
             let (config, stop) = (
                 kyverno_runtime_nri::Config::new(socket),
