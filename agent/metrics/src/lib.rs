@@ -33,6 +33,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -64,6 +65,7 @@ pub struct Metrics {
     kernel_updates_failed: Family<KernelUpdateLabels, Counter>,
     container_start_hook: Family<HookLabels, Gauge>,
     container_starts: Family<StartOutcomeLabels, Counter>,
+    container_start_answer: Histogram,
     /// Whether the API server answers (see [`ApiHealth`]).
     api: ApiHealth,
     /// The kernel's cumulative (run_time_ns, run_cnt) per program name as
@@ -102,6 +104,8 @@ impl Metrics {
             backend_available: Family::default(),
             container_start_hook: Family::default(),
             container_starts: Family::default(),
+            // 1 ms to 2 s (the runtime's own limit), doubling.
+            container_start_answer: Histogram::new(exponential_buckets(0.001, 2.0, 12)),
             api: ApiHealth::new(),
             bpf_last_seen: Mutex::new(HashMap::new()),
             registry: Registry::default(),
@@ -216,6 +220,12 @@ impl Metrics {
              namespace the daemon never holds)",
             m.container_starts.clone(),
         );
+        registry.register(
+            "container_start_answer_seconds",
+            "Time from the runtime's announcement of a container start to the daemon's answer \
+             (the start waits for it; bounded by --nri-answer-within)",
+            m.container_start_answer.clone(),
+        );
         m.api.register(&mut registry);
         Metrics { registry, ..m }
     }
@@ -225,6 +235,11 @@ impl Metrics {
         self.container_start_hook
             .get_or_create(&HookLabels::new(hook))
             .set(i64::from(registered));
+    }
+
+    /// A container start the runtime announced was answered after `waited`.
+    pub fn container_start_answered(&self, waited: std::time::Duration) {
+        self.container_start_answer.observe(waited.as_secs_f64());
     }
 
     /// A container start the runtime announced was answered with `outcome`.

@@ -24,8 +24,9 @@ impl Containers for Print {
             c.pod_namespace, c.pod_name, c.name, c.id, c.pod_uid
         );
     }
-    fn late(&self, c: &Container, waited: Duration) {
-        println!("late: {} after {waited:?}", c.id);
+    fn answered(&self, c: &Container, waited: Duration, late: bool) {
+        let late = if late { " (late)" } else { "" };
+        println!("answered: {} after {waited:?}{late}", c.id);
     }
     fn stopped(&self, c: Container) {
         println!(

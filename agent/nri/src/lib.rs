@@ -13,14 +13,16 @@
 //! The protocol: the plugin connects to the runtime's socket, multiplexes
 //! it into two ttRPC connections ([`mux`]), registers on the runtime's
 //! service and serves the plugin's ([`plugin`]). The answer to a start is
-//! bounded in time ([`Config::answer_within`]): a plugin the runtime waits
+//! bounded in time ([`Config::answer_within`], 1 s by default): a plugin the runtime waits
 //! on too long is dropped by it, and a hook that blocks on the daemon must
 //! never hold the daemon's own pod (cilium/tetragon#2402).
 
 pub mod mux;
 pub mod plugin;
 
-pub use plugin::{run, Config, Container, Containers, Registration};
+pub use plugin::{
+    run, Config, Container, Containers, Registration, DEFAULT_ANSWER_WITHIN, MAX_ANSWER_WITHIN,
+};
 
 /// NRI's messages and ttRPC bindings, generated from its `api.proto`.
 #[allow(

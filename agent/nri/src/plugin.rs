@@ -14,6 +14,16 @@ use std::time::{Duration, Instant};
 use ttrpc::r#async::transport::{Listener, Socket};
 use ttrpc::r#async::TtrpcContext;
 
+/// The default bound on a start's wait: half the runtime's own limit (2 s,
+/// NRI's default request timeout, past which it drops the plugin). On the
+/// build machine's emulated guest a debug build programs a container in
+/// 5 to 250 ms; a real node takes a few ms.
+pub const DEFAULT_ANSWER_WITHIN: Duration = Duration::from_secs(1);
+
+/// The longest bound [`Config::answer_within`] may be: the runtime drops a
+/// plugin that has not answered in 2 s.
+pub const MAX_ANSWER_WITHIN: Duration = Duration::from_millis(1500);
+
 /// How the plugin connects and how long a start may wait on the daemon.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -35,13 +45,14 @@ pub struct Config {
 }
 
 impl Config {
-    /// The daemon's plugin at `socket`, answering within 200 ms.
+    /// The daemon's plugin at `socket`, answering within
+    /// [`DEFAULT_ANSWER_WITHIN`].
     pub fn new(socket: PathBuf) -> Self {
         Self {
             socket,
             name: "kyverno-runtime".to_string(),
             index: "05".to_string(),
-            answer_within: Duration::from_millis(200),
+            answer_within: DEFAULT_ANSWER_WITHIN,
             retry: Duration::from_secs(2),
         }
     }
@@ -93,8 +104,9 @@ pub trait Containers: Send + Sync + 'static {
     /// `container`'s cgroup exists and its process has not run: return
     /// once it is enforced. Bounded by [`Config::answer_within`].
     async fn starting(&self, container: Container);
-    /// A start was answered before [`Containers::starting`] returned.
-    fn late(&self, container: &Container, waited: Duration);
+    /// A start was answered after `waited`; `late`: at the bound, before
+    /// [`Containers::starting`] returned.
+    fn answered(&self, container: &Container, waited: Duration, late: bool);
     /// `container` stopped or was removed.
     fn stopped(&self, container: Container);
     /// The plugin's state changed.
@@ -235,12 +247,10 @@ impl Service {
         };
         let began = Instant::now();
         let work = self.containers.starting(container.clone());
-        if tokio::time::timeout(self.answer_within, work)
+        let late = tokio::time::timeout(self.answer_within, work)
             .await
-            .is_err()
-        {
-            self.containers.late(&container, began.elapsed());
-        }
+            .is_err();
+        self.containers.answered(&container, began.elapsed(), late);
     }
 
     fn stop(&self, container: Option<Container>) {

@@ -45,8 +45,10 @@ impl Containers for Daemon {
         tokio::time::sleep(work).await;
         let _ = self.told.send(Told::Starting(c.id));
     }
-    fn late(&self, c: &Container, _waited: Duration) {
-        let _ = self.told.send(Told::Late(c.id.clone()));
+    fn answered(&self, c: &Container, _waited: Duration, late: bool) {
+        if late {
+            let _ = self.told.send(Told::Late(c.id.clone()));
+        }
     }
     fn stopped(&self, c: Container) {
         let _ = self.told.send(Told::Stopped(c.id));

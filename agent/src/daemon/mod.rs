@@ -227,6 +227,11 @@ pub struct DaemonArgs {
     /// again every 2 s.
     #[arg(long, env = "KRT_NRI_SOCKET")]
     pub nri_socket: Option<PathBuf>,
+    /// The longest a container's start waits for the daemon (NRI): past
+    /// it the start goes ahead and is counted late. At most 1.5s (the
+    /// runtime drops a plugin that takes 2 s).
+    #[arg(long, env = "KRT_NRI_ANSWER_WITHIN", default_value = "1s", value_parser = parse_duration)]
+    pub nri_answer_within: Duration,
 }
 
 fn parse_open_exec(s: &str) -> Result<OpenExecBackend, String> {
@@ -273,6 +278,13 @@ fn refuse_unbuilt(args: &DaemonArgs) -> anyhow::Result<()> {
     }
     if args.node_name.trim().is_empty() {
         anyhow::bail!("--node-name (NODE_NAME) is empty");
+    }
+    if args.nri_answer_within > kyverno_runtime_nri::MAX_ANSWER_WITHIN {
+        anyhow::bail!(
+            "--nri-answer-within (KRT_NRI_ANSWER_WITHIN): {:?} is more than {:?}; the runtime drops an NRI plugin that takes 2 s",
+            args.nri_answer_within,
+            kyverno_runtime_nri::MAX_ANSWER_WITHIN
+        );
     }
     if let Some(socket) = args.nri_socket.as_ref().filter(|s| !s.is_absolute()) {
         anyhow::bail!(
@@ -797,10 +809,9 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                 kyverno_runtime_compat::HostMounts::locate(&kyverno_runtime_compat::LiveHost);
             let socket = kyverno_runtime_compat::reach(&host_root, nri_socket);
             tracing::info!(socket = %socket.display(), "NRI: registering a plugin with the container runtime");
-            let (config, stop) = (
-                kyverno_runtime_nri::Config::new(socket),
-                stopped(stop_rx.clone()),
-            );
+            let mut config = kyverno_runtime_nri::Config::new(socket);
+            config.answer_within = args.nri_answer_within;
+            let stop = stopped(stop_rx.clone());
             tasks.spawn(async move {
                 tokio::select! {
                     () = kyverno_runtime_nri::run(config, containers) => {}

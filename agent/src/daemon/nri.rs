@@ -92,7 +92,11 @@ impl Containers for NriContainers {
             .container_start(ContainerStartOutcome::enforced);
     }
 
-    fn late(&self, container: &Container, waited: Duration) {
+    fn answered(&self, container: &Container, waited: Duration, late: bool) {
+        self.metrics.container_start_answered(waited);
+        if !late {
+            return;
+        }
         self.metrics.container_start(ContainerStartOutcome::late);
         tracing::warn!(
             pod = %format!("{}/{}", container.pod_namespace, container.pod_name),
