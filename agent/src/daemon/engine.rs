@@ -458,51 +458,6 @@ impl Engine {
         self.take_pod(&pod);
     }
 
-    /// Keeps what the runtime says of containers before their Pods'
-    /// statuses do (the NRI plugin is on).
-    pub fn enable_runtime_hook(&mut self) {
-        self.started.enable();
-    }
-
-    /// The runtime is starting `container` (its cgroup exists, its process
-    /// has not run): programs it now if its pod is known. Returns whether
-    /// it was (otherwise the pod's arrival from the watch programs it).
-    pub fn container_started(&mut self, container: &kyverno_runtime_nri::Container) -> bool {
-        match self.started.start(container) {
-            Some(pod) => {
-                self.take_pod(&pod);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The runtime stopped or removed `container`.
-    pub fn container_stopped(&mut self, container: &kyverno_runtime_nri::Container) {
-        if let Some(pod) = self.started.stop(container) {
-            self.take_pod(&pod);
-        }
-    }
-
-    /// The runtime's containers when the NRI plugin (re)registered.
-    pub fn runtime_synchronized(&mut self, containers: &[kyverno_runtime_nri::Container]) {
-        for pod in self.started.synchronize(containers) {
-            self.take_pod(&pod);
-        }
-    }
-
-    /// The NRI plugin lost the runtime: the Pods' statuses alone speak.
-    pub fn runtime_disconnected(&mut self) {
-        for pod in self.started.disconnected() {
-            self.take_pod(&pod);
-        }
-    }
-
-    /// Whether the pod `uid` is on this node and handed to the managers.
-    pub fn pod_known(&self, uid: &str) -> bool {
-        self.pods.contains_key(uid)
-    }
-
     /// A pod as it now is (the watch's, with the runtime's containers).
     fn take_pod(&mut self, pod: &Pod) {
         self.saw_pod(pod);
@@ -638,34 +593,8 @@ impl Engine {
             self.batch.pods.insert(uid.to_owned());
             return;
         }
-        let Some(pod) = self.manager_pods(uid) else {
-            return;
-        };
-        let mut failures = Vec::new();
-        let metrics = self.metrics.clone();
-        if let Some(m) = self.openexec.get() {
-            failures.extend(m.upsert_pod(pod.openexec).into_iter().map(|f| {
-                metrics.kernel_update_failed(BackendBehavior::open_exec, enforce_failure(&f.error));
-                (f.policy.as_str().to_string(), f.to_string())
-            }));
-        }
-        if let Some(m) = self.egress.get() {
-            failures.extend(m.upsert_pod(pod.egress).into_iter().map(|f| {
-                metrics.kernel_update_failed(BackendBehavior::network, enforce_failure(&f.error));
-                (f.policy.as_str().to_string(), f.to_string())
-            }));
-        }
-        if let Some(m) = self.protocol.get() {
-            for f in m.upsert_pod(pod.network.clone()) {
-                tracing::error!(pod = %uid, failure = %f, "attaching the protocol classifier failed");
-            }
-        }
-        if let Some(m) = self.dns.get() {
-            for f in m.upsert_pod(pod.network) {
-                tracing::error!(pod = %uid, failure = %f, "gating the DNS observer failed");
-            }
-        }
-        self.record_failures(failures, "binding a pod failed");
+        // One pod is a batch of one: the managers converge the same way.
+        self.program_pods(BTreeSet::from([uid.to_owned()]));
     }
 
     /// Hands the managers the pods the open batch has touched so far: what

@@ -189,6 +189,54 @@ impl Started {
     }
 }
 
+/// The engine's side: what the NRI plugin reports.
+impl super::Engine {
+    /// Keeps what the runtime says of containers before their Pods'
+    /// statuses do (the NRI plugin is on).
+    pub fn enable_runtime_hook(&mut self) {
+        self.started.enable();
+    }
+
+    /// The runtime is starting `container` (its cgroup exists, its process
+    /// has not run): programs it now if its pod is known. Returns whether
+    /// it was (otherwise the pod's arrival from the watch programs it).
+    pub fn container_started(&mut self, container: &Container) -> bool {
+        match self.started.start(container) {
+            Some(pod) => {
+                self.take_pod(&pod);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The runtime stopped or removed `container`.
+    pub fn container_stopped(&mut self, container: &Container) {
+        if let Some(pod) = self.started.stop(container) {
+            self.take_pod(&pod);
+        }
+    }
+
+    /// The runtime's containers when the NRI plugin (re)registered.
+    pub fn runtime_synchronized(&mut self, containers: &[Container]) {
+        for pod in self.started.synchronize(containers) {
+            self.take_pod(&pod);
+        }
+    }
+
+    /// The NRI plugin lost the runtime: the Pods' statuses alone speak.
+    pub fn runtime_disconnected(&mut self) {
+        for pod in self.started.disconnected() {
+            self.take_pod(&pod);
+        }
+    }
+
+    /// Whether the pod `uid` is on this node and handed to the managers.
+    pub fn pod_known(&self, uid: &str) -> bool {
+        self.pods.contains_key(uid)
+    }
+}
+
 /// The id as a Pod's status writes it: `containerd://…`, `cri-o://…`.
 fn runtime_id(c: &Container) -> String {
     let scheme = match c.runtime.as_str() {
