@@ -311,10 +311,10 @@ fn gate_failures(e: &Engine, operation: &str) -> u64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn a_cgroup_is_traced_only_once_its_admit_succeeded_and_a_failure_is_retried() {
-    let gate = Arc::new(FakeGate::default());
-    let (mut e, _reports, _dir) = engine_with(Some(gate.clone()));
+/// The exec tracer available and a monitor exec policy selecting
+/// `app: web` in namespace `a`: a pod's cgroups programmed for it are the
+/// ones the (fake) gate holds.
+fn watch_exec_of_web(e: &mut Engine) {
     e.plane
         .parts
         .sources
@@ -326,6 +326,13 @@ fn a_cgroup_is_traced_only_once_its_admit_succeeded_and_a_failure_is_retried() {
         serde_json::json!({"mode": "monitor", "podSelector": {"matchLabels": {"app": "web"}},
         "behaviors": [{"exec": {"deny": {"values": ["/bin/sh"]}}}]}),
     ));
+}
+
+#[test]
+fn a_cgroup_is_traced_only_once_its_admit_succeeded_and_a_failure_is_retried() {
+    let gate = Arc::new(FakeGate::default());
+    let (mut e, _reports, _dir) = engine_with(Some(gate.clone()));
+    watch_exec_of_web(&mut e);
     // The gate refuses one of the pod's two cgroups (a full map).
     gate.refuse(&[12]);
     pod_with_cgroups(&mut e, "a", "web", &[("app", "web")], &[11, 12]);
@@ -810,17 +817,7 @@ fn a_container_the_runtime_starts_is_programmed_before_its_status_names_it() {
     let (mut e, _reports, dir) = engine_with(Some(gate.clone()));
     e.resolver = CgroupResolver::v2_at(dir.path().to_path_buf());
     e.enable_runtime_hook();
-    e.plane
-        .parts
-        .sources
-        .set(EXEC_TRACE_SOURCE, SourceState::Available);
-    e.apply_namespace(&namespace("a", &[]));
-    e.apply_policy(&policy(
-        "watch-exec",
-        1,
-        serde_json::json!({"mode": "monitor", "podSelector": {"matchLabels": {"app": "web"}},
-        "behaviors": [{"exec": {"deny": {"values": ["/bin/sh"]}}}]}),
-    ));
+    watch_exec_of_web(&mut e);
     let uid = "0b5c7d7e-1f1a-4f4e-9a55-2d7f1c0a9e11";
     let id = "ab".repeat(32);
     let mut pending = pod("a", "web", &[("app", "web")]);
