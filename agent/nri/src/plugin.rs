@@ -40,7 +40,8 @@ pub struct Config {
     /// The runtime's own limit is 2 s (NRI's default request timeout),
     /// after which it drops the plugin.
     pub answer_within: Duration,
-    /// The wait between connection attempts while the runtime is away.
+    /// The wait between connection attempts while the runtime is away
+    /// (a dropped registration is retried at once).
     pub retry: Duration,
 }
 
@@ -53,7 +54,7 @@ impl Config {
             name: "kyverno-runtime".to_string(),
             index: "05".to_string(),
             answer_within: DEFAULT_ANSWER_WITHIN,
-            retry: Duration::from_secs(2),
+            retry: Duration::from_secs(1),
         }
     }
 }
@@ -119,24 +120,33 @@ pub trait Containers: Send + Sync + 'static {
 pub async fn run(config: Config, containers: Arc<dyn Containers>) {
     let mut said: Option<String> = None;
     loop {
-        let reason = match session(&config, containers.clone()).await {
-            Ok(()) => "the runtime closed the NRI connection".to_string(),
-            Err(e) => e,
-        };
-        // One line per distinct reason: a node without NRI would
-        // otherwise say the same every two seconds.
-        if said.as_deref() != Some(reason.as_str()) {
-            containers.registration(Registration::Unregistered {
-                reason: reason.clone(),
-            });
-            said = Some(reason);
+        match session(&config, containers.clone()).await {
+            Ok(ended) => {
+                // Registered, then dropped (the runtime restarted, or
+                // closed the plugin over a late answer): said every time,
+                // and a new connection at once, since starts are not held
+                // meanwhile.
+                containers.registration(Registration::Unregistered { reason: ended });
+                said = None;
+            }
+            Err(reason) => {
+                // Never registered: one line per distinct reason (a node
+                // without NRI would otherwise say the same every retry).
+                if said.as_deref() != Some(reason.as_str()) {
+                    containers.registration(Registration::Unregistered {
+                        reason: reason.clone(),
+                    });
+                    said = Some(reason);
+                }
+                tokio::time::sleep(config.retry).await;
+            }
         }
-        tokio::time::sleep(config.retry).await;
     }
 }
 
-/// One connection, until it ends.
-async fn session(config: &Config, containers: Arc<dyn Containers>) -> Result<(), String> {
+/// One connection, until it ends: `Ok` with why it ended once registered,
+/// `Err` with why it never registered.
+async fn session(config: &Config, containers: Arc<dyn Containers>) -> Result<String, String> {
     let trunk = tokio::net::UnixStream::connect(&config.socket)
         .await
         .map_err(|e| format!("connecting to {}: {e}", config.socket.display()))?;
@@ -173,10 +183,10 @@ async fn session(config: &Config, containers: Arc<dyn Containers>) -> Result<(),
         .await
         .map_err(|e| format!("registering with the runtime: {e}"));
     let ended = match registered {
-        Ok(_) => match tasks.join_next().await {
-            Some(Ok(Err(e))) => Err(format!("the NRI connection failed: {e}")),
-            _ => Ok(()),
-        },
+        Ok(_) => Ok(match tasks.join_next().await {
+            Some(Ok(Err(e))) => format!("the NRI connection failed: {e}"),
+            _ => "the runtime closed the NRI connection".to_string(),
+        }),
         Err(e) => Err(e),
     };
     tasks.abort_all();

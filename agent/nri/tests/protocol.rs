@@ -98,6 +98,15 @@ fn container(id: &str, state: ContainerState) -> api::Container {
     }
 }
 
+/// The next message, or `None` after 10 s (a message never sent fails
+/// the test instead of hanging it).
+async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
 fn ctx() -> ttrpc::context::Context {
     ttrpc::context::with_timeout(Duration::from_secs(5).as_nanos() as i64)
 }
@@ -152,7 +161,7 @@ async fn the_plugin_registers_answers_starts_within_its_bound_and_registers_agai
 
     let (client, mut server, tasks) = accept(&listener, reg_tx.clone()).await?;
     assert_eq!(
-        registered.recv().await.as_deref(),
+        next(&mut registered).await.as_deref(),
         Some("05/kyverno-runtime")
     );
     let configured = client
@@ -194,11 +203,11 @@ async fn the_plugin_registers_answers_starts_within_its_bound_and_registers_agai
         .await
         .map_err(|e| e.to_string())?;
     assert_eq!(
-        told.recv().await,
+        next(&mut told).await,
         Some(Told::Synchronized(vec!["a".into(), "c".into()]))
     );
     assert_eq!(
-        told.recv().await,
+        next(&mut told).await,
         Some(Told::Registered("containerd".into()))
     );
 
@@ -214,7 +223,7 @@ async fn the_plugin_registers_answers_starts_within_its_bound_and_registers_agai
         .await
         .map_err(|e| e.to_string())?;
     assert!(began.elapsed() >= Duration::from_millis(20));
-    assert_eq!(told.recv().await, Some(Told::Starting("d".into())));
+    assert_eq!(next(&mut told).await, Some(Told::Starting("d".into())));
 
     // Work past the bound: answered at it, and said.
     *daemon.work.lock().unwrap_or_else(|e| e.into_inner()) = Duration::from_secs(3);
@@ -229,7 +238,7 @@ async fn the_plugin_registers_answers_starts_within_its_bound_and_registers_agai
         waited >= Duration::from_millis(200) && waited < Duration::from_secs(3),
         "{waited:?}"
     );
-    assert_eq!(told.recv().await, Some(Told::Late("d".into())));
+    assert_eq!(next(&mut told).await, Some(Told::Late("d".into())));
 
     // A stop, through the dedicated call and through a state change.
     let stop = api::StopContainerRequest {
@@ -241,7 +250,7 @@ async fn the_plugin_registers_answers_starts_within_its_bound_and_registers_agai
         .stop_container(ctx(), &stop)
         .await
         .map_err(|e| e.to_string())?;
-    assert_eq!(told.recv().await, Some(Told::Stopped("d".into())));
+    assert_eq!(next(&mut told).await, Some(Told::Stopped("d".into())));
     let event = api::StateChangeEvent {
         event: api::Event::REMOVE_CONTAINER.into(),
         pod: Some(pod()).into(),
@@ -252,17 +261,28 @@ async fn the_plugin_registers_answers_starts_within_its_bound_and_registers_agai
         .state_change(ctx(), &event)
         .await
         .map_err(|e| e.to_string())?;
-    assert_eq!(told.recv().await, Some(Told::Stopped("a".into())));
+    assert_eq!(next(&mut told).await, Some(Told::Stopped("a".into())));
 
     // The runtime goes away (a restart): the plugin says so and registers
     // again.
     drop(client);
     drop(tasks);
     server.shutdown().await.map_err(|e| e.to_string())?;
-    assert_eq!(told.recv().await, Some(Told::Unregistered));
+    assert_eq!(next(&mut told).await, Some(Told::Unregistered));
+    let (client, mut server, tasks) = accept(&listener, reg_tx.clone()).await?;
+    assert_eq!(
+        next(&mut registered).await.as_deref(),
+        Some("05/kyverno-runtime")
+    );
+    // Dropped again for the same reason: said again (a registration
+    // lost is never silent), and registered again.
+    drop(client);
+    drop(tasks);
+    server.shutdown().await.map_err(|e| e.to_string())?;
+    assert_eq!(next(&mut told).await, Some(Told::Unregistered));
     let (_client, _server, _tasks) = accept(&listener, reg_tx).await?;
     assert_eq!(
-        registered.recv().await.as_deref(),
+        next(&mut registered).await.as_deref(),
         Some("05/kyverno-runtime")
     );
     plugin.abort();

@@ -224,7 +224,7 @@ pub struct DaemonArgs {
     /// plugin there and programs each container before its process
     /// starts. Unset: off (containers are programmed once their Pod's
     /// status names them, after they started). An absent socket is tried
-    /// again every 2 s.
+    /// again every second (a dropped registration at once).
     #[arg(long, env = "KRT_NRI_SOCKET")]
     pub nri_socket: Option<PathBuf>,
     /// The longest a container's start waits for the daemon (NRI): past
@@ -812,12 +812,36 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
             let mut config = kyverno_runtime_nri::Config::new(socket);
             config.answer_within = args.nri_answer_within;
             let stop = stopped(stop_rx.clone());
+            // Its own thread and runtime: the runtime drops a plugin that
+            // has not answered in 2 s, and the daemon's two workers can
+            // both be held by the engine's lock (a watch batch programming
+            // ten starting pods on the emulated guest held them past 2 s,
+            // and containerd closed the plugin: `context deadline
+            // exceeded`). Here the bound's timer fires whatever they do.
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel::<anyhow::Result<()>>();
+            std::thread::Builder::new()
+                .name("nri-plugin".into())
+                .spawn(move || {
+                    let ran = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map(|runtime| {
+                            runtime.block_on(async move {
+                                tokio::select! {
+                                    () = kyverno_runtime_nri::run(config, containers) => {}
+                                    _ = stop => {}
+                                }
+                            })
+                        })
+                        .context("starting the NRI plugin's runtime");
+                    let _ = done_tx.send(ran);
+                })
+                .context("starting the NRI plugin's thread")?;
             tasks.spawn(async move {
-                tokio::select! {
-                    () = kyverno_runtime_nri::run(config, containers) => {}
-                    _ = stop => {}
-                }
-                ("NRI plugin", Ok(()))
+                let ran = done_rx
+                    .await
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the NRI plugin's thread ended")));
+                ("NRI plugin", ran)
             });
         }
         let (e, stop) = (engine.clone(), stopped(stop_rx.clone()));
