@@ -798,11 +798,10 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                 .into_iter()
                 .chain(args.pod_namespace.clone())
                 .collect();
-            let containers = Arc::new(nri::NriContainers::new(
-                engine.clone(),
-                metrics.clone(),
-                not_held,
-            ));
+            let containers = Arc::new(
+                nri::NriContainers::new(engine.clone(), metrics.clone(), not_held)
+                    .context("starting the NRI plugin's engine worker")?,
+            );
             // A path on the node: in a pod (hostPID, no host mounts) it is
             // reached through PID 1's root, as the cgroup mounts are.
             let (_, host_root) =

@@ -1,28 +1,47 @@
 //! The NRI plugin's side in the daemon: each container the runtime starts
 //! is programmed before its process runs (issue 35).
 //!
-//! The plugin ([`kyverno_runtime_nri`]) bounds each answer; here a start
-//! takes the engine's lock off the runtime's task (the engine is a
-//! blocking mutex a relist may hold for a while), and a start whose pod the
-//! watch has not delivered yet waits for it, polling, within the bound: the
-//! pod's arrival programs it with the runtime's container merged in.
+//! The plugin ([`kyverno_runtime_nri`]) runs on its own thread and bounds
+//! each answer. What it reports reaches the engine through one queue, in
+//! the order the runtime said it, applied by one worker thread: the engine
+//! is a mutex a relist may hold for seconds, the bound's timer must keep
+//! running meanwhile, and a synchronize or a lost registration must not
+//! overtake (or be overtaken by) the start after it. A start whose pod the
+//! watch has not delivered yet waits for it, polling, within the bound:
+//! the pod's arrival programs it with the runtime's container merged in.
 
 use super::watches::{lock, SharedEngine};
 use async_trait::async_trait;
 use kyverno_runtime_metrics::{ContainerStartOutcome, Metrics};
 use kyverno_runtime_nri::{Container, Containers, Registration};
 use std::collections::BTreeSet;
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// The metric's and the log's name for this hook.
 const HOOK: &str = "nri";
 /// How often a start whose pod is not known yet looks again.
 const POD_POLL: Duration = Duration::from_millis(5);
 
+/// What the plugin asks of the engine, in the runtime's order.
+enum Command {
+    /// The runtime's containers at a (re)registration.
+    Synchronize(Vec<Container>),
+    /// A start: says whether the pod was known (and so programmed).
+    Start(Container, oneshot::Sender<bool>),
+    /// A stop or removal.
+    Stop(Container),
+    /// The registration was lost.
+    Disconnected,
+    /// Whether the pod (by UID) is known yet.
+    Known(String, oneshot::Sender<bool>),
+}
+
 /// The daemon's [`Containers`].
 pub struct NriContainers {
-    engine: SharedEngine,
+    commands: mpsc::Sender<Command>,
     metrics: Arc<Metrics>,
     /// Namespaces whose starts are never held (the daemon's own, the
     /// cluster's control pods): enforce policies never enforce there, and a
@@ -32,25 +51,55 @@ pub struct NriContainers {
 }
 
 impl NriContainers {
-    /// Starts announced to `engine`; `not_held`: namespaces never waited on.
-    pub fn new(engine: SharedEngine, metrics: Arc<Metrics>, not_held: BTreeSet<String>) -> Self {
+    /// Starts announced to `engine`; `not_held`: namespaces never waited
+    /// on. Starts the worker that applies them.
+    pub fn new(
+        engine: SharedEngine,
+        metrics: Arc<Metrics>,
+        not_held: BTreeSet<String>,
+    ) -> std::io::Result<Self> {
         metrics.set_container_start_hook(HOOK, false);
-        Self {
-            engine,
+        let (commands, queue) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("nri-engine".into())
+            .spawn(move || {
+                // Ends when the plugin (every sender) is gone.
+                while let Ok(command) = queue.recv() {
+                    apply(&engine, command);
+                }
+            })?;
+        Ok(Self {
+            commands,
             metrics,
             not_held,
-        }
+        })
     }
 
-    /// Runs `work` on the engine off the async runtime.
-    async fn with_engine<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&mut super::engine::Engine) -> T + Send + 'static,
-    ) -> Option<T> {
-        let engine = self.engine.clone();
-        tokio::task::spawn_blocking(move || work(&mut lock(&engine)))
-            .await
-            .ok()
+    /// Queues `command`; a worker that is gone answers nothing (its
+    /// waiters see their channel closed).
+    fn send(&self, command: Command) {
+        let _ = self.commands.send(command);
+    }
+
+    /// Asks the worker, and waits for its answer (false if it is gone).
+    async fn ask(&self, command: impl FnOnce(oneshot::Sender<bool>) -> Command) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.send(command(tx));
+        rx.await.unwrap_or(false)
+    }
+}
+
+fn apply(engine: &SharedEngine, command: Command) {
+    match command {
+        Command::Synchronize(containers) => lock(engine).runtime_synchronized(&containers),
+        Command::Start(container, known) => {
+            let _ = known.send(lock(engine).container_started(&container));
+        }
+        Command::Stop(container) => lock(engine).container_stopped(&container),
+        Command::Disconnected => lock(engine).runtime_disconnected(),
+        Command::Known(uid, known) => {
+            let _ = known.send(lock(engine).pod_known(&uid));
+        }
     }
 }
 
@@ -61,29 +110,28 @@ impl Containers for NriContainers {
             containers = containers.len(),
             "NRI: the runtime's running containers taken"
         );
-        let engine = self.engine.clone();
-        tokio::task::spawn_blocking(move || lock(&engine).runtime_synchronized(&containers));
+        self.send(Command::Synchronize(containers));
     }
 
     async fn starting(&self, container: Container) {
         let held = !self.not_held.contains(&container.pod_namespace);
         let uid = container.pod_uid.clone();
-        let engine = self.engine.clone();
-        let c = container.clone();
-        // Not cancelled with the answer: a late start is still programmed.
-        let started = tokio::task::spawn_blocking(move || lock(&engine).container_started(&c));
+        let (tx, known) = oneshot::channel();
+        // Queued whatever happens to the answer: a late start is still
+        // programmed.
+        self.send(Command::Start(container, tx));
         if !held {
             self.metrics
                 .container_start(ContainerStartOutcome::not_held);
             return;
         }
-        if started.await.ok() != Some(true) {
+        if known.await != Ok(true) {
             // The watch has not delivered the pod: its arrival programs
             // the container; wait for that (the plugin bounds the wait).
             loop {
                 tokio::time::sleep(POD_POLL).await;
                 let uid = uid.clone();
-                if self.with_engine(move |e| e.pod_known(&uid)).await == Some(true) {
+                if self.ask(move |tx| Command::Known(uid, tx)).await {
                     break;
                 }
             }
@@ -107,8 +155,7 @@ impl Containers for NriContainers {
     }
 
     fn stopped(&self, container: Container) {
-        let engine = self.engine.clone();
-        tokio::task::spawn_blocking(move || lock(&engine).container_stopped(&container));
+        self.send(Command::Stop(container));
     }
 
     fn registration(&self, state: Registration) {
@@ -120,8 +167,7 @@ impl Containers for NriContainers {
             Registration::Unregistered { reason } => {
                 self.metrics.set_container_start_hook(HOOK, false);
                 tracing::warn!(%reason, "NRI: not registered; containers are programmed once their Pod's status names them (after they start)");
-                let engine = self.engine.clone();
-                tokio::task::spawn_blocking(move || lock(&engine).runtime_disconnected());
+                self.send(Command::Disconnected);
             }
         }
     }
