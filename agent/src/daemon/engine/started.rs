@@ -13,7 +13,8 @@
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateRunning, ContainerStatus, Pod};
 use kyverno_runtime_nri::Container;
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Containers started by the runtime, by pod UID, and the pods they
 /// belong to as the watch last delivered them.
@@ -35,15 +36,16 @@ impl Started {
         self.enabled = true;
     }
 
-    /// The watch delivered `pod`: keeps it and returns it with the
-    /// runtime's containers merged. Containers the status now names as
-    /// the runtime did are the status's again.
-    pub fn watched(&mut self, pod: &Pod) -> Pod {
+    /// The watch delivered `pod`: keeps it (while enabled) and returns it
+    /// with the runtime's containers merged; a copy only when there is
+    /// something to merge. Containers the status now names as the runtime
+    /// did are the status's again.
+    pub fn watched<'a>(&mut self, pod: &'a Pod) -> Cow<'a, Pod> {
         if !self.enabled {
-            return pod.clone();
+            return Cow::Borrowed(pod);
         }
         let Some(uid) = pod.metadata.uid.clone() else {
-            return pod.clone();
+            return Cow::Borrowed(pod);
         };
         if let Some(started) = self.containers.get_mut(&uid) {
             let statuses = super::convert::container_ids(pod);
@@ -53,7 +55,10 @@ impl Started {
             }
         }
         self.pods.insert(uid.clone(), pod.clone());
-        self.merged(&uid).unwrap_or_else(|| pod.clone())
+        if !self.containers.contains_key(&uid) {
+            return Cow::Borrowed(pod);
+        }
+        self.merged(&uid).map_or(Cow::Borrowed(pod), Cow::Owned)
     }
 
     /// The watch saw `uid` deleted.
@@ -87,7 +92,6 @@ impl Started {
             self.containers.remove(&c.pod_uid);
         }
         self.merged(&c.pod_uid)
-            .or_else(|| self.pods.get(&c.pod_uid).cloned())
     }
 
     /// The runtime's containers after a (re)connection replace what it
@@ -112,17 +116,14 @@ impl Started {
                 .or_default()
                 .insert(c.name.clone(), runtime_id(c));
         }
-        let mut changed: Vec<String> = before
+        let changed: BTreeSet<&String> = before
             .keys()
             .chain(self.containers.keys())
             .filter(|uid| before.get(*uid) != self.containers.get(*uid))
-            .cloned()
             .collect();
-        changed.sort();
-        changed.dedup();
         changed
-            .iter()
-            .filter_map(|uid| self.merged(uid).or_else(|| self.pods.get(uid).cloned()))
+            .into_iter()
+            .filter_map(|uid| self.merged(uid))
             .collect()
     }
 
@@ -136,22 +137,23 @@ impl Started {
     /// `uid`'s pod with the runtime's containers merged into its status:
     /// each named there as the runtime's instance, running; a pod with one
     /// is taken as running even while its phase is still `Pending` (its
-    /// first container starting).
+    /// first container starting). `None` when the watch has not delivered
+    /// the pod.
     fn merged(&self, uid: &str) -> Option<Pod> {
         let mut pod = self.pods.get(uid)?.clone();
         let Some(started) = self.containers.get(uid) else {
             return Some(pod);
         };
-        let spec = pod.spec.clone().unwrap_or_default();
+        let spec = pod.spec.as_ref();
         let is_init = |name: &str| {
-            spec.init_containers
-                .iter()
+            spec.and_then(|s| s.init_containers.as_ref())
+                .into_iter()
                 .flatten()
                 .any(|c| c.name == name)
         };
         let is_ephemeral = |name: &str| {
-            spec.ephemeral_containers
-                .iter()
+            spec.and_then(|s| s.ephemeral_containers.as_ref())
+                .into_iter()
                 .flatten()
                 .any(|c| c.name == name)
         };
@@ -314,7 +316,7 @@ mod tests {
         let mut s = Started::default();
         s.enable();
         let pending = pod("Pending", &[]);
-        assert_eq!(s.watched(&pending), pending);
+        assert_eq!(*s.watched(&pending), pending);
         let merged = s.start(&container("app", 1)).unwrap_or_default();
         assert!(super::super::convert::is_running(&merged));
         assert_eq!(
@@ -322,14 +324,16 @@ mod tests {
             Some(&format!("containerd://{}", id(1)))
         );
         // A later status without the container keeps it.
-        let still = s.watched(&pod("Pending", &[]));
+        let pending_again = pod("Pending", &[]);
+        let still = s.watched(&pending_again);
         assert_eq!(
             ids(&still).get("app"),
             Some(&format!("containerd://{}", id(1)))
         );
         // The status naming it makes the status the truth again.
         let caught_up = pod("Running", &[("app", &format!("containerd://{}", id(1)))]);
-        assert_eq!(s.watched(&caught_up), caught_up);
+        // Nothing left to merge: the watch's own object, not a copy.
+        assert!(matches!(s.watched(&caught_up), Cow::Borrowed(p) if *p == caught_up));
         assert!(s.containers.is_empty());
     }
 
@@ -346,7 +350,8 @@ mod tests {
         );
         // The old instance's status (written before the restart) does not
         // take it back.
-        let again = s.watched(&pod("Running", &[("app", &old)]));
+        let old_status = pod("Running", &[("app", &old)]);
+        let again = s.watched(&old_status);
         assert_eq!(
             ids(&again).get("app"),
             Some(&format!("containerd://{}", id(2)))
@@ -391,7 +396,7 @@ mod tests {
     fn disabled_keeps_nothing() {
         let mut s = Started::default();
         let p = pod("Pending", &[]);
-        assert_eq!(s.watched(&p), p);
+        assert!(matches!(s.watched(&p), Cow::Borrowed(q) if *q == p));
         assert_eq!(s.start(&container("app", 1)), None);
         assert!(s.pods.is_empty() && s.containers.is_empty());
     }
@@ -401,7 +406,8 @@ mod tests {
         let mut s = Started::default();
         s.enable();
         assert_eq!(s.start(&container("app", 1)), None);
-        let merged = s.watched(&pod("Pending", &[]));
+        let pending = pod("Pending", &[]);
+        let merged = s.watched(&pending);
         assert_eq!(
             ids(&merged).get("app"),
             Some(&format!("containerd://{}", id(1)))
