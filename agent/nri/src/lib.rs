@@ -24,21 +24,10 @@ pub use plugin::{
     run, Config, Container, Containers, Registration, DEFAULT_ANSWER_WITHIN, MAX_ANSWER_WITHIN,
 };
 
-/// NRI's messages and ttRPC bindings, generated from its `api.proto`.
-#[allow(
-    missing_docs,
-    nonstandard_style,
-    clippy::all,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    unused,
-    rust_2018_idioms
-)]
-pub mod api {
-    include!(concat!(env!("OUT_DIR"), "/api.rs"));
-}
+pub use generated::{api, api_ttrpc};
 
-/// NRI's ttRPC services, generated from its `api.proto`.
+/// The code generated from NRI's `api.proto` (build.rs), under one set of
+/// allowances: it is not ours to lint.
 #[allow(
     missing_docs,
     nonstandard_style,
@@ -48,6 +37,14 @@ pub mod api {
     unused,
     rust_2018_idioms
 )]
-pub mod api_ttrpc {
-    include!(concat!(env!("OUT_DIR"), "/api_ttrpc.rs"));
+mod generated {
+    /// NRI's messages.
+    pub mod api {
+        include!(concat!(env!("OUT_DIR"), "/api.rs"));
+    }
+
+    /// NRI's ttRPC services.
+    pub mod api_ttrpc {
+        include!(concat!(env!("OUT_DIR"), "/api_ttrpc.rs"));
+    }
 }
