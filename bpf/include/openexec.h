@@ -97,6 +97,15 @@ struct krt_oe_config {
 	__u32 denials_per_sec;
 };
 
+/* The one entry of `oe_pod_fallback`: whether a task in an unbound
+ * cgroup is decided by its parent's binding (its pod's directory), and how
+ * many decisions were taken that way. */
+struct krt_oe_pod_fallback {
+	__u32 on;
+	__u32 _pad;
+	__u64 hits;
+};
+
 /* Entry of `oe_owners` (index dim * KRT_OE_SLOTS + slot): which policy
  * holds a slot. Never read by the programs; pinned with the other maps so
  * a restarted daemon can adopt the slots. An all-zero id is a free slot. */

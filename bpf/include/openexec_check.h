@@ -48,6 +48,17 @@ struct {
 	__type(value, struct krt_oe_config);
 } oe_config SEC(".maps");
 
+/*
+ * The pod directory fallback (see krt_oe_pod_cgroup). Not pinned: every
+ * load starts it off and the daemon says whether it is on.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct krt_oe_pod_fallback);
+} oe_pod_fallback SEC(".maps");
+
 /* Final components of every path with a rule (see openexec.h). The value
  * is unused. */
 struct {
@@ -279,6 +290,62 @@ static __always_inline int krt_oe_unmatched_by_name(struct file *file, struct kr
  * a cgroup no such policy selects pays this one lookup, and its path is
  * never resolved.
  */
+/*
+ * A task whose own cgroup is not bound yet, in a directory whose parent
+ * is: a container the runtime has just created, in a pod whose directory
+ * the daemon has bound (where no runtime hook announces containers before
+ * they start). The pod's binding decides for it until the container's
+ * own arrives.
+ *
+ * krt_oe_fallback_id: the parent cgroup's id while the daemon has the
+ * fallback on, else 0 (one inlined array read when off).
+ */
+static __always_inline __u64 krt_oe_fallback_id(void)
+{
+	struct krt_oe_pod_fallback *fb;
+	struct cgroup_subsys_state *css;
+	struct task_struct *task;
+	struct cgroup *up;
+	__u32 zero = 0;
+
+	fb = bpf_map_lookup_elem(&oe_pod_fallback, &zero);
+	if (!fb || !fb->on)
+		return 0;
+	task = (struct task_struct *)bpf_get_current_task();
+	/* bpf_get_current_cgroup_id() is the default hierarchy's cgroup's
+	 * kernfs node id. Its parent is reached through the cgroup's own css
+	 * (a member of struct cgroup every kernel has; kernfs_node's parent
+	 * was renamed in 6.15), then that cgroup's kernfs node. */
+	css = BPF_CORE_READ(task, cgroups, dfl_cgrp, self.parent);
+	if (!css)
+		return 0;
+	up = (struct cgroup *)((void *)css - bpf_core_field_offset(struct cgroup, self));
+	return BPF_CORE_READ(up, kn, id);
+}
+
+/* The parent's binding, if the fallback is on and the parent is bound;
+ * *cgid becomes the parent's, so what is counted and reported names the
+ * pod. */
+static __always_inline struct krt_oe_cgroup *krt_oe_pod_cgroup(__u64 *cgid)
+{
+	struct krt_oe_pod_fallback *fb;
+	struct krt_oe_cgroup *cg;
+	__u32 zero = 0;
+	__u64 parent;
+
+	parent = krt_oe_fallback_id();
+	if (!parent)
+		return 0;
+	cg = bpf_map_lookup_elem(&oe_cgroups, &parent);
+	if (!cg)
+		return 0;
+	fb = bpf_map_lookup_elem(&oe_pod_fallback, &zero);
+	if (fb)
+		__sync_fetch_and_add(&fb->hits, 1);
+	*cgid = parent;
+	return cg;
+}
+
 static __always_inline int krt_oe_prepare(struct file *file, __u32 want, struct krt_oe_ctx *c)
 {
 	__u32 zero = 0;
@@ -287,6 +354,8 @@ static __always_inline int krt_oe_prepare(struct file *file, __u32 want, struct 
 	long len;
 
 	cg = bpf_map_lookup_elem(&oe_cgroups, &cgid);
+	if (!cg)
+		cg = krt_oe_pod_cgroup(&cgid);
 	if (!cg)
 		return 0;
 	c->selected[KRT_OE_OPEN] = (want & KRT_OE_WANT_OPEN) ? cg->slots[KRT_OE_OPEN] : 0;

@@ -47,6 +47,7 @@
 mod container;
 pub mod layout;
 pub mod mountinfo;
+pub mod pods;
 mod resolve;
 
 pub use container::{container_ids_key, Runtime};

@@ -149,6 +149,24 @@ impl LsmEnforcer {
             .map_err(|e| kernel("set denial rate", e))
     }
 
+    /// Turns the pod directory fallback on or off (see
+    /// [`openexec::OpenExec::set_pod_fallback`]).
+    pub fn set_pod_fallback(&self, on: bool) -> Result<()> {
+        lock(&self.shared)
+            .object
+            .set_pod_fallback(on)
+            .map_err(|e| kernel("set pod fallback", e))
+    }
+
+    /// Whether the pod directory fallback is on, and how many decisions it
+    /// has taken since the programs were loaded.
+    pub fn pod_fallback(&self) -> Result<(bool, u64)> {
+        lock(&self.shared)
+            .object
+            .pod_fallback()
+            .map_err(|e| kernel("pod fallback", e))
+    }
+
     /// The map through which the exec programs hand the exec tracer the
     /// paths they resolved (a new descriptor of it).
     pub fn exec_resolved_map(&self) -> Result<kyverno_runtime_bpf::MapHandle> {

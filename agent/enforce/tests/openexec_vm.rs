@@ -152,6 +152,14 @@ impl Cgroup {
     fn procs(&self) -> String {
         self.dir.join("cgroup.procs").display().to_string()
     }
+
+    /// A cgroup inside this one (a container's inside its pod's).
+    fn child(&self, name: &str) -> Cgroup {
+        let dir = self.dir.join(name);
+        fs::create_dir_all(&dir).unwrap();
+        let id = fs::metadata(&dir).unwrap().ino();
+        Cgroup { dir, id }
+    }
 }
 
 impl Drop for Cgroup {
@@ -420,6 +428,10 @@ const CASES: &[(&str, Case)] = &[
         "an_observe_slots_leftover_bits_are_cleared_on_adoption",
         transitions::an_observe_slots_leftover_bits_are_cleared_on_adoption,
     ),
+    (
+        "a_container_not_bound_yet_is_decided_by_its_pods_directory",
+        pod_directory_fallback,
+    ),
 ];
 
 fn cases(only: Option<&str>) -> ExitCode {
@@ -550,6 +562,110 @@ fn exec_deny_selected_only(env: &Env) -> Result<(), String> {
             "enforce-only cgroup counted non-refusals: {:?}",
             drained.observations
         ),
+    );
+    x.finish()
+}
+
+/// Issue 35, point 3: only the pod's directory is bound (the container
+/// inside it is not known yet); with the fallback on, the container is
+/// decided by its pod's policies, counted under the pod's directory, and
+/// nothing else changes: another pod's container, a task outside any pod,
+/// and (off) the same container as before.
+fn pod_directory_fallback(env: &Env) -> Result<(), String> {
+    let mut m = env.manager(None);
+    let pod_dir = env.cgroup("pod");
+    let container = pod_dir.child("ctr");
+    let other_dir = env.cgroup("other-pod");
+    let other = other_dir.child("ctr");
+    policy("p-fallback", "web", Mode::Enforce)
+        .exec(&[], &[&bin("denied")])
+        .open(&[], &[&file("secret")])
+        .apply(&mut m);
+    add_pod(&mut m, pod("pod-a", "web", &[&pod_dir]));
+    add_pod(&mut m, pod("pod-b", "db", &[&other_dir]));
+    let mut x = Expect::new(env);
+    let fallback = |m: &Manager| m.open_backend().pod_fallback().unwrap();
+    x.check(
+        fallback(&m) == (false, 0),
+        format!("off after load, got {:?}", fallback(&m)),
+    );
+    x.case("off", Some(&container), "exec", &bin("denied"), Done);
+    x.case("off", Some(&container), "open", &file("secret"), Done);
+
+    m.open_backend().set_pod_fallback(true).unwrap();
+    x.case("on", Some(&container), "exec", &bin("denied"), Refused);
+    x.case("on", Some(&container), "open", &file("secret"), Refused);
+    x.case("on", Some(&container), "exec", &bin("allowed"), Done);
+    x.case("on", Some(&container), "open", &file("public"), Done);
+    x.case(
+        "on, the pod's directory itself",
+        Some(&pod_dir),
+        "exec",
+        &bin("denied"),
+        Refused,
+    );
+    x.case(
+        "on, another pod's container",
+        Some(&other),
+        "exec",
+        &bin("denied"),
+        Done,
+    );
+    x.case("on, no pod", None, "exec", &bin("denied"), Done);
+    let (on, hits) = fallback(&m);
+    x.check(
+        on && hits >= 4,
+        format!("want on and >= 4 decisions through the pod's directory, got {on} and {hits}"),
+    );
+    let drained = m.drain();
+    let refused_under_pod: u64 = drained
+        .observations
+        .iter()
+        .filter(|(_, o)| o.cgroup == pod_dir.id && o.decision.refused())
+        .map(|(_, o)| o.count)
+        .sum();
+    x.check(
+        refused_under_pod == 3,
+        format!(
+            "want the 3 refusals counted under the pod's directory, got {refused_under_pod}: {:?}",
+            drained.observations
+        ),
+    );
+
+    // The container's own binding takes over: bound to another policy
+    // (denying another program), its pod's deny no longer applies.
+    policy("p-own", "own", Mode::Enforce)
+        .exec(&[], &[&bin("other")])
+        .apply(&mut m);
+    add_pod(&mut m, pod("pod-c", "own", &[&container]));
+    x.case(
+        "own binding",
+        Some(&container),
+        "exec",
+        &bin("denied"),
+        Done,
+    );
+    x.case(
+        "own binding",
+        Some(&container),
+        "exec",
+        &bin("other"),
+        Refused,
+    );
+    m.delete_pod("pod-c");
+    x.case(
+        "own binding gone",
+        Some(&container),
+        "exec",
+        &bin("denied"),
+        Refused,
+    );
+
+    m.open_backend().set_pod_fallback(false).unwrap();
+    x.case("off again", Some(&container), "exec", &bin("denied"), Done);
+    x.check(
+        fallback(&m).1 >= hits,
+        "the count of decisions is kept across the switch",
     );
     x.finish()
 }

@@ -10,6 +10,7 @@
 
 mod disclosure;
 mod observe;
+mod pod_dirs;
 mod policies;
 mod recover;
 mod reports;
@@ -214,6 +215,9 @@ pub struct Engine {
     /// Containers the runtime started before their Pod's status says so
     /// (the NRI plugin; see `engine/started.rs`).
     started: started::Started,
+    /// Pod directories bound where no runtime hook announces containers
+    /// (see `engine/pod_dirs.rs`).
+    pod_dirs: pod_dirs::PodDirs,
 }
 
 /// Work derived from the whole state that a batch of events defers to its
@@ -330,6 +334,7 @@ impl Engine {
             late_services_synced: false,
             batch: Batch::default(),
             started: started::Started::default(),
+            pod_dirs: pod_dirs::PodDirs::default(),
         }
         .with_loss_baselines()
     }
@@ -454,6 +459,7 @@ impl Engine {
 
     /// A pod on this node was created or changed (the watch).
     pub fn apply_pod(&mut self, pod: &Pod) {
+        self.pod_dirs_watched(pod);
         let pod = self.started.watched(pod);
         self.take_pod(&pod);
     }
@@ -464,7 +470,7 @@ impl Engine {
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
-        if !convert::is_running(pod) {
+        if !convert::is_running(pod) && !self.starting_in_pod_dir(&uid, pod) {
             self.remove_pod(&uid);
             return;
         }
@@ -515,6 +521,7 @@ impl Engine {
     /// A pod left this node (the watch: deleted, or moved).
     pub fn delete_pod(&mut self, uid: &str) {
         self.started.forget(uid);
+        self.pod_dirs_forget(uid);
         self.remove_pod(uid);
     }
 
@@ -566,7 +573,14 @@ impl Engine {
                 name: p.name.clone(),
                 labels: p.labels.clone(),
                 namespace_labels: namespace_labels.clone(),
-                cgroups: p.cgroups.ids(),
+                // The pod's own directory too, while no runtime hook
+                // announces its containers before they start.
+                cgroups: p
+                    .cgroups
+                    .ids()
+                    .into_iter()
+                    .chain(self.pod_dirs.cgroup_of(uid))
+                    .collect(),
             },
             egress: NetworkPod {
                 uid: uid.to_string(),

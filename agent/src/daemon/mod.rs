@@ -36,6 +36,7 @@ mod engine;
 mod load;
 mod losses;
 mod nri;
+mod pod_dirs;
 mod resolve;
 mod retry;
 mod services;
@@ -232,6 +233,14 @@ pub struct DaemonArgs {
     /// runtime drops a plugin that takes 2 s).
     #[arg(long, env = "KRT_NRI_ANSWER_WITHIN", default_value = "1s", value_parser = parse_duration)]
     pub nri_answer_within: Duration,
+    /// Where no runtime hook announces containers before they start (no
+    /// NRI socket, or NRI not registered yet or any more): bind each pod's
+    /// own cgroup directory to the open/exec policies selecting the pod as
+    /// soon as the kubelet creates it, and let the kernel decide for a
+    /// container not known yet by its pod's directory, so it is enforced
+    /// from its first instruction. Needs cgroup v2.
+    #[arg(long, env = "KRT_POD_CGROUP_FALLBACK", default_value_t = true, action = clap::ArgAction::Set)]
+    pub pod_cgroup_fallback: bool,
 }
 
 fn parse_open_exec(s: &str) -> Result<OpenExecBackend, String> {
@@ -791,6 +800,20 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                 done.await;
                 ("startup taint", Ok(()))
             });
+        }
+        if args.pod_cgroup_fallback {
+            let hierarchies = {
+                let mut e = watches::lock(&engine);
+                e.open_exec_loaded().then(|| {
+                    e.enable_pod_cgroup_fallback();
+                    e.resolver_hierarchies()
+                })
+            };
+            match hierarchies {
+                Some(h) => pod_dirs::spawn(engine.clone(), h)
+                    .context("starting the pod directory watcher's thread")?,
+                None => tracing::info!("pod directory fallback off: open/exec enforcement is not available on this node"),
+            }
         }
         if let Some(nri_socket) = &args.nri_socket {
             watches::lock(&engine).enable_runtime_hook();

@@ -110,6 +110,12 @@ impl CgroupResolver {
             .map(|r| r.mount_point.clone())
     }
 
+    /// The hierarchies' resolver itself (the pod directory watcher reads
+    /// the same roots).
+    pub fn hierarchies(&self) -> &cgroups::Resolver {
+        &self.inner
+    }
+
     /// Resolves a pod's containers; never fails as a whole.
     pub fn resolve(&self, pod: &Pod) -> PodCgroups {
         let r = self.inner.resolve(pod);

@@ -36,6 +36,7 @@ const STATS: &str = "oe_stats";
 const NAMES: &str = "oe_names";
 const DENIALS: &str = "oe_denials";
 const EXEC_RESOLVED: &str = "oe_exec_resolved";
+const POD_FALLBACK: &str = "oe_pod_fallback";
 
 /// Maps pinned: the pin layout's (`crate::pins`), the one list the
 /// removal knows too.
@@ -61,6 +62,7 @@ const FMOD_RET_PROGRAMS: &[(&str, &str)] = &[
 const _: () = {
     assert!(size_of::<types::krt_oe_rule>() == 16);
     assert!(size_of::<types::krt_oe_cgroup>() == 16);
+    assert!(size_of::<types::krt_oe_pod_fallback>() == 16);
     assert!(size_of::<types::krt_oe_owner>() == OWNER_LEN);
     assert!(
         offset_of!(types::krt_oe_event, path) + PATH_KEY_LEN == size_of::<types::krt_oe_event>()
@@ -157,6 +159,7 @@ pub(super) struct Inner {
     stats: Map,
     denials: Map,
     exec_resolved: Map,
+    pod_fallback: Map,
     /// The budget of denial records per cgroup and second, written with
     /// the masks (one config entry holds both).
     denials_per_sec: AtomicU32,
@@ -276,6 +279,7 @@ impl Inner {
             stats: map(STATS)?,
             denials: map(DENIALS)?,
             exec_resolved: map(EXEC_RESOLVED)?,
+            pod_fallback: map(POD_FALLBACK)?,
             denials_per_sec: AtomicU32::new(0),
             _links: Vec::new(),
             object,
@@ -553,6 +557,37 @@ impl Inner {
 
     pub(super) fn denial_rate(&self) -> Result<u32> {
         Ok(self.read_config()?.denials_per_sec)
+    }
+
+    pub(super) fn set_pod_fallback(&self, on: bool) -> Result<()> {
+        // The hits so far are kept: the value is read, then rewritten.
+        let mut value = vec![0u8; size_of::<types::krt_oe_pod_fallback>()];
+        if let Some(old) = self.pod_fallback.lookup(&0u32.to_ne_bytes())? {
+            if old.len() == value.len() {
+                value.copy_from_slice(&old);
+            }
+        }
+        put(
+            &mut value,
+            offset_of!(types::krt_oe_pod_fallback, on),
+            &u32::from(on).to_ne_bytes(),
+        );
+        self.pod_fallback.update(&0u32.to_ne_bytes(), &value)
+    }
+
+    pub(super) fn pod_fallback(&self) -> Result<(bool, u64)> {
+        let value = self
+            .pod_fallback
+            .lookup(&0u32.to_ne_bytes())?
+            .unwrap_or_default();
+        let on = u32_at(&value, offset_of!(types::krt_oe_pod_fallback, on));
+        let hits = u64_at(&value, offset_of!(types::krt_oe_pod_fallback, hits));
+        match (on, hits) {
+            (Some(on), Some(hits)) => Ok((on != 0, hits)),
+            _ => Err(self
+                .pod_fallback
+                .layout(format!("{} bytes, not a krt_oe_pod_fallback", value.len()))),
+        }
     }
 
     pub(super) fn exec_resolved_map(&self) -> Result<MapHandle> {

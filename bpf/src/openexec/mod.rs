@@ -633,6 +633,20 @@ impl OpenExec {
         self.inner.denial_rate()
     }
 
+    /// Turns the pod directory fallback on or off: a task whose own cgroup
+    /// is not bound is decided by its parent cgroup's binding (the pod's
+    /// directory, bound where no runtime hook announces containers before
+    /// they start). Off after every load.
+    pub fn set_pod_fallback(&self, on: bool) -> Result<()> {
+        self.inner.set_pod_fallback(on)
+    }
+
+    /// Whether the pod directory fallback is on, and how many decisions
+    /// it has taken since the programs were loaded.
+    pub fn pod_fallback(&self) -> Result<(bool, u64)> {
+        self.inner.pod_fallback()
+    }
+
     /// The map through which the exec programs hand the exec tracer the
     /// paths they resolved (a new descriptor of it, for
     /// [`crate::exectrace::ExecTracer::load`]).

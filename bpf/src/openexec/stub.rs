@@ -72,6 +72,12 @@ impl Inner {
     pub(super) fn denial_rate(&self) -> Result<u32> {
         match *self {}
     }
+    pub(super) fn set_pod_fallback(&self, _: bool) -> Result<()> {
+        match *self {}
+    }
+    pub(super) fn pod_fallback(&self) -> Result<(bool, u64)> {
+        match *self {}
+    }
     pub(super) fn exec_resolved_map(&self) -> Result<libbpf_rs::MapHandle> {
         match *self {}
     }

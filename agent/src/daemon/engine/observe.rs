@@ -229,7 +229,15 @@ impl Engine {
                 labels: p.labels.clone(),
                 owner_kind: p.owner.as_ref().map(|o| o.0.clone()),
                 owner_name: p.owner.as_ref().map(|o| o.1.clone()),
-                containers: p.cgroups.names.clone(),
+                containers: {
+                    // A decision taken through the pod's directory names
+                    // the pod, and no container: none has started yet.
+                    let mut names = p.cgroups.names.clone();
+                    if let Some(id) = self.pod_dirs.cgroup_of(uid) {
+                        names.insert(id, String::new());
+                    }
+                    names
+                },
                 container_ids: p.container_ids.clone(),
                 node_name: p.node_name.clone(),
                 service_account: p.service_account.clone(),

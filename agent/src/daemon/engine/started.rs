@@ -221,6 +221,7 @@ impl super::Engine {
 
     /// The runtime's containers when the NRI plugin (re)registered.
     pub fn runtime_synchronized(&mut self, containers: &[Container]) {
+        self.runtime_hook_registered(true);
         for pod in self.started.synchronize(containers) {
             self.take_pod(&pod);
         }
@@ -228,6 +229,7 @@ impl super::Engine {
 
     /// The NRI plugin lost the runtime: the Pods' statuses alone speak.
     pub fn runtime_disconnected(&mut self) {
+        self.runtime_hook_registered(false);
         for pod in self.started.disconnected() {
             self.take_pod(&pod);
         }

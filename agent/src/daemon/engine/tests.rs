@@ -882,3 +882,82 @@ fn a_container_the_runtime_starts_is_programmed_before_its_status_names_it() {
     assert!(gate.held().is_empty());
     assert!(!e.pod_known(uid));
 }
+
+fn with_phase(mut p: Pod, phase: &str) -> Pod {
+    if let Some(status) = p.status.as_mut() {
+        status.phase = Some(phase.to_string());
+    }
+    p
+}
+
+fn openexec_cgroups(e: &Engine, uid: &str) -> Option<Vec<u64>> {
+    e.manager_pods(uid).map(|p| p.openexec.cgroups)
+}
+
+#[test]
+fn a_pod_directory_binds_its_pod_to_open_exec_while_no_runtime_hook_announces_containers() {
+    let (mut e, _reports, _dir) = engine();
+    e.enable_pod_cgroup_fallback();
+    assert!(e.pod_cgroup_fallback_active());
+    let pending = with_phase(pod("a", "web", &[("app", "web")]), "Pending");
+    e.apply_pod(&pending);
+    assert!(
+        !e.pod_known("uid-web"),
+        "a Pending pod without its directory is not on the node yet"
+    );
+
+    // The kubelet creates the pod's directory: the pod is taken, its
+    // directory bound to open/exec, and named in attribution; the network
+    // backends (attached per container) are not given it.
+    e.pod_cgroup_appeared("uid-web", 4242);
+    assert!(e.pod_known("uid-web"));
+    assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![4242]));
+    assert_eq!(
+        e.manager_pods("uid-web").map(|p| p.egress.cgroups.len()),
+        Some(0)
+    );
+
+    // A runtime hook registers: it announces containers itself, so
+    // directories are not bound and a Pending pod is not on the node.
+    e.runtime_synchronized(&[]);
+    assert!(!e.pod_cgroup_fallback_active());
+    assert!(!e.pod_known("uid-web"));
+    // ... and lost again: bound again.
+    e.runtime_disconnected();
+    assert!(e.pod_known("uid-web"));
+    assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![4242]));
+
+    // Running (its containers not resolvable in this tree): still bound
+    // through the directory; the directory gone: no longer.
+    e.apply_pod(&pod("a", "web", &[("app", "web")]));
+    assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![4242]));
+    e.pod_cgroup_removed("uid-web");
+    assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![]));
+
+    // A finished pod whose directory is still there is not on the node.
+    e.pod_cgroup_appeared("uid-done", 7);
+    e.apply_pod(&with_phase(pod("a", "done", &[]), "Succeeded"));
+    assert!(!e.pod_known("uid-done"));
+
+    // The watcher's full read replaces what was known; a deleted Pending
+    // pod is forgotten.
+    let other = with_phase(pod("a", "next", &[]), "Pending");
+    e.apply_pod(&other);
+    e.pod_cgroups_scanned(BTreeMap::from([("uid-next".to_string(), 9)]));
+    assert_eq!(openexec_cgroups(&e, "uid-next"), Some(vec![9]));
+    e.delete_pod("uid-next");
+    assert!(!e.pod_known("uid-next"));
+    e.pod_cgroup_appeared("uid-next", 10);
+    assert!(!e.pod_known("uid-next"), "a deleted pod is not taken again");
+}
+
+#[test]
+fn without_the_fallback_a_pod_directory_binds_nothing() {
+    let (mut e, _reports, _dir) = engine();
+    assert!(!e.pod_cgroup_fallback_active());
+    e.apply_pod(&with_phase(pod("a", "web", &[]), "Pending"));
+    e.pod_cgroup_appeared("uid-web", 4242);
+    assert!(!e.pod_known("uid-web"));
+    e.apply_pod(&pod("a", "web", &[]));
+    assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![]));
+}
