@@ -291,6 +291,21 @@ static __always_inline int krt_oe_unmatched_by_name(struct file *file, struct kr
  * never resolved.
  */
 /*
+ * Cgroups the fallback never decides for, though their parent is bound:
+ * pod sandboxes (the pause process lives in a child of the pod's
+ * directory too, and a policy of the pod's must never refuse it its
+ * program). Written by userspace before it binds the pod's directory; not
+ * pinned. The value is unused.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KRT_OE_MAX_CGROUPS);
+	__type(key, __u64);
+	__type(value, __u8);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} oe_pod_exempt SEC(".maps");
+
+/*
  * A task whose own cgroup is not bound yet, in a directory whose parent
  * is: a container the runtime has just created, in a pod whose directory
  * the daemon has bound (where no runtime hook announces containers before
@@ -335,6 +350,8 @@ static __always_inline struct krt_oe_cgroup *krt_oe_pod_cgroup(__u64 *cgid)
 
 	parent = krt_oe_fallback_id();
 	if (!parent)
+		return 0;
+	if (bpf_map_lookup_elem(&oe_pod_exempt, cgid))
 		return 0;
 	cg = bpf_map_lookup_elem(&oe_cgroups, &parent);
 	if (!cg)

@@ -114,6 +114,24 @@ pub fn pod_cgroups_in(parent: &Path) -> Vec<PodCgroup> {
     found
 }
 
+/// The directories directly inside a pod's directory now (its sandbox's
+/// and its containers'), with their cgroup ids, oldest first: kernfs
+/// hands out ids in increasing order, so the lowest is the one created
+/// first, which in a pod's directory is the sandbox's (the kubelet creates
+/// containers only once the sandbox runs).
+pub fn children(pod_dir: &Path) -> Vec<(PathBuf, u64)> {
+    let Ok(entries) = fs::read_dir(pod_dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(PathBuf, u64)> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| Some((e.path(), e.metadata().ok()?.ino())))
+        .collect();
+    found.sort_by_key(|(_, id)| *id);
+    found
+}
+
 impl Resolver {
     /// The kubepods directories on the cgroup v2 hierarchies: the standard
     /// ones (`kubepods.slice`, `kubepods`) where they exist, else what a
@@ -288,6 +306,15 @@ mod tests {
                 fs::metadata(&pod).expect("stat").ino(),
                 "the id is the directory's inode"
             );
+            let sandbox = pod.join("sandbox");
+            fs::create_dir(&sandbox).expect("mkdir");
+            fs::create_dir(pod.join("a-container")).expect("mkdir");
+            // Sorted by id (on cgroupfs, creation order; a scratch file
+            // system hands out inodes its own way).
+            let kids = children(&pod);
+            assert_eq!(kids.len(), 2);
+            assert!(kids[0].1 < kids[1].1, "by id: {kids:?}");
+            assert!(kids.iter().any(|(p, _)| *p == sandbox));
             assert_eq!(pod_cgroups_in(&top.join("burstable")), vec![found]);
             // A wrong class misses the standard candidates; the scan of
             // every QoS parent still finds it.

@@ -158,6 +158,15 @@ impl LsmEnforcer {
             .map_err(|e| kernel("set pod fallback", e))
     }
 
+    /// Exempts a pod's sandbox cgroup from the pod directory fallback (see
+    /// [`openexec::OpenExec::set_pod_exempt`]).
+    pub fn set_pod_exempt(&self, cgroup: u64, exempt: bool) -> Result<()> {
+        lock(&self.shared)
+            .object
+            .set_pod_exempt(cgroup, exempt)
+            .map_err(|e| kernel("set pod exempt", e))
+    }
+
     /// Whether the pod directory fallback is on, and how many decisions it
     /// has taken since the programs were loaded.
     pub fn pod_fallback(&self) -> Result<(bool, u64)> {

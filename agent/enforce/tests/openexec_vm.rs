@@ -569,11 +569,13 @@ fn exec_deny_selected_only(env: &Env) -> Result<(), String> {
 /// Issue 35, point 3: only the pod's directory is bound (the container
 /// inside it is not known yet); with the fallback on, the container is
 /// decided by its pod's policies, counted under the pod's directory, and
-/// nothing else changes: another pod's container, a task outside any pod,
-/// and (off) the same container as before.
+/// nothing else changes: the pod's sandbox (exempt), another pod's
+/// container, a task outside any pod, and (off) the same container as
+/// before.
 fn pod_directory_fallback(env: &Env) -> Result<(), String> {
     let mut m = env.manager(None);
     let pod_dir = env.cgroup("pod");
+    let sandbox = pod_dir.child("sandbox");
     let container = pod_dir.child("ctr");
     let other_dir = env.cgroup("other-pod");
     let other = other_dir.child("ctr");
@@ -592,7 +594,22 @@ fn pod_directory_fallback(env: &Env) -> Result<(), String> {
     x.case("off", Some(&container), "exec", &bin("denied"), Done);
     x.case("off", Some(&container), "open", &file("secret"), Done);
 
+    m.open_backend().set_pod_exempt(sandbox.id, true).unwrap();
     m.open_backend().set_pod_fallback(true).unwrap();
+    x.case(
+        "on, the pod's sandbox (exempt)",
+        Some(&sandbox),
+        "exec",
+        &bin("denied"),
+        Done,
+    );
+    x.case(
+        "on, the pod's sandbox (exempt)",
+        Some(&sandbox),
+        "open",
+        &file("secret"),
+        Done,
+    );
     x.case("on", Some(&container), "exec", &bin("denied"), Refused);
     x.case("on", Some(&container), "open", &file("secret"), Refused);
     x.case("on", Some(&container), "exec", &bin("allowed"), Done);

@@ -66,6 +66,7 @@ pub struct Metrics {
     container_start_hook: Family<HookLabels, Gauge>,
     container_starts: Family<StartOutcomeLabels, Counter>,
     container_start_answer: Histogram,
+    pod_cgroup_decisions: Counter,
     /// Whether the API server answers (see [`ApiHealth`]).
     api: ApiHealth,
     /// The kernel's cumulative (run_time_ns, run_cnt) per program name as
@@ -106,6 +107,7 @@ impl Metrics {
             container_starts: Family::default(),
             // 1 ms to 2 s (the runtime's own limit), doubling.
             container_start_answer: Histogram::new(exponential_buckets(0.001, 2.0, 12)),
+            pod_cgroup_decisions: Counter::default(),
             api: ApiHealth::new(),
             bpf_last_seen: Mutex::new(HashMap::new()),
             registry: Registry::default(),
@@ -208,9 +210,11 @@ impl Metrics {
         );
         registry.register(
             "container_start_hook",
-            "1 while the runtime announces each container before its process starts (hook=nri: \
-             the NRI plugin is registered), 0 while it does not: the daemon then learns a \
-             container from its Pod's status, after it started",
+            "1 while this hook covers containers before their process starts (hook=nri: the NRI \
+             plugin is registered and the runtime announces each container; hook=pod-cgroup: \
+             pods' own cgroup directories are bound to open/exec policies as the kubelet creates \
+             them), 0 while it does not; with neither, the daemon learns a container from its \
+             Pod's status, after it started",
             m.container_start_hook.clone(),
         );
         registry.register(
@@ -226,6 +230,12 @@ impl Metrics {
              (the start waits for it; bounded by --nri-answer-within)",
             m.container_start_answer.clone(),
         );
+        registry.register(
+            "container_start_pod_cgroup_decisions",
+            "Open and exec decisions the kernel took for a container not known yet through its \
+             pod's cgroup directory (hook=pod-cgroup)",
+            m.pod_cgroup_decisions.clone(),
+        );
         m.api.register(&mut registry);
         Metrics { registry, ..m }
     }
@@ -235,6 +245,11 @@ impl Metrics {
         self.container_start_hook
             .get_or_create(&HookLabels::new(hook))
             .set(i64::from(registered));
+    }
+
+    /// `n` more open/exec decisions were taken through a pod's directory.
+    pub fn pod_cgroup_decisions(&self, n: u64) {
+        self.pod_cgroup_decisions.inc_by(n);
     }
 
     /// A container start the runtime announced was answered after `waited`.

@@ -20,6 +20,7 @@ pub use observe::{
     denial_event, dns_event, exec_events, ExecGate, Plane, DENIALS_SOURCE, DNS_SOURCE,
     EGRESS_SOURCE, EXEC_TRACE_SOURCE, OPENEXEC_SOURCE,
 };
+pub use pod_dirs::ScannedPodDir;
 pub use recover::{Late, LateSlot};
 
 use super::convert;

@@ -11,6 +11,7 @@
 //! everything again; the kubepods directory going away (a kubelet
 //! restart with another cgroup root) starts over.
 
+use super::engine::ScannedPodDir;
 use super::watches::{lock, SharedEngine};
 use kyverno_runtime_cgroups::pods::{self, PodCgroup};
 use kyverno_runtime_cgroups::Resolver;
@@ -62,24 +63,31 @@ fn watch(engine: &SharedEngine, hierarchies: &Resolver) {
 }
 
 /// What a watched directory is.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 enum Kind {
     /// The kubepods directory: Guaranteed pods' directories and the QoS
     /// directories are created in it.
     Kubepods,
     /// A QoS directory: Burstable or BestEffort pods' directories.
     Qos,
+    /// A pod's directory (its UID): its sandbox's and containers'.
+    Pod(String),
 }
 
-/// One directory event, for the engine.
+/// One directory event, for the engine, in the kernel's order.
 enum Change {
-    Appeared(PodCgroup),
-    Removed(String),
+    PodAppeared(PodCgroup),
+    PodRemoved(String),
+    ChildAppeared(String, u64),
+    ChildRemoved(String, u64),
 }
 
 struct Watcher {
     inotify: Inotify,
     dirs: HashMap<WatchDescriptor, (PathBuf, Kind)>,
+    /// The children of watched pod directories, by path: a removal names
+    /// only the path.
+    children: HashMap<PathBuf, u64>,
 }
 
 /// Directory creation and removal, and renames (which a kubelet never
@@ -97,6 +105,7 @@ impl Watcher {
         let mut w = Watcher {
             inotify: Inotify::init(InitFlags::IN_CLOEXEC)?,
             dirs: HashMap::new(),
+            children: HashMap::new(),
         };
         for dir in kubepods {
             w.add(dir, Kind::Kubepods)?;
@@ -114,30 +123,82 @@ impl Watcher {
     }
 
     fn watched(&self) -> Vec<&Path> {
-        let mut dirs: Vec<&Path> = self.dirs.values().map(|(p, _)| p.as_path()).collect();
+        let mut dirs: Vec<&Path> = self
+            .dirs
+            .values()
+            .filter(|(_, k)| !matches!(k, Kind::Pod(_)))
+            .map(|(p, _)| p.as_path())
+            .collect();
         dirs.sort();
         dirs
     }
 
-    /// Every pod directory in the watched directories now.
-    fn scan(&self, engine: &SharedEngine) {
-        let now: BTreeMap<String, u64> = self
+    /// Watches a pod's directory (before reading it), and returns its
+    /// children now, oldest first. A directory that went meanwhile has
+    /// none.
+    fn watch_pod(&mut self, pod: &PodCgroup) -> Vec<u64> {
+        if self.add(&pod.path, Kind::Pod(pod.uid.clone())).is_err() {
+            return Vec::new();
+        }
+        pods::children(&pod.path)
+            .into_iter()
+            .map(|(path, id)| {
+                self.children.insert(path, id);
+                id
+            })
+            .collect()
+    }
+
+    /// Every pod directory in the watched directories now, each watched,
+    /// with its children, handed to the engine.
+    fn scan(&mut self, engine: &impl Sink) {
+        let parents: Vec<PathBuf> = self
             .dirs
             .values()
-            .flat_map(|(dir, _)| pods::pod_cgroups_in(dir))
-            .map(|p| (p.uid, p.cgroup_id))
+            .filter(|(_, k)| !matches!(k, Kind::Pod(_)))
+            .map(|(p, _)| p.clone())
             .collect();
+        let mut now = BTreeMap::new();
+        for parent in parents {
+            for pod in pods::pod_cgroups_in(&parent) {
+                let children = self.watch_pod(&pod);
+                now.insert(
+                    pod.uid,
+                    ScannedPodDir {
+                        id: pod.cgroup_id,
+                        children,
+                    },
+                );
+            }
+        }
         tracing::debug!(pods = now.len(), "pod directories read");
-        lock(engine).pod_cgroups_scanned(now);
+        engine.scanned(now);
+    }
+
+    /// A pod's directory appeared: watched, then read.
+    fn pod_appeared(&mut self, pod: PodCgroup, changes: &mut Vec<Change>) {
+        let uid = pod.uid.clone();
+        let children = self.watch_pod(&pod);
+        changes.push(Change::PodAppeared(pod));
+        changes.extend(
+            children
+                .into_iter()
+                .map(|id| Change::ChildAppeared(uid.clone(), id)),
+        );
     }
 
     /// Applies events until the kubepods directory goes (Ok) or reading
     /// fails.
-    fn run(&mut self, engine: &SharedEngine) -> nix::Result<()> {
-        loop {
+    fn run(&mut self, engine: &impl Sink) -> nix::Result<()> {
+        while self.next(engine)? {}
+        Ok(())
+    }
+
+    /// Waits for the next events and applies them; false once the
+    /// kubepods directory went.
+    fn next(&mut self, engine: &impl Sink) -> nix::Result<bool> {
+        {
             let events = self.inotify.read_events()?;
-            // In the kernel's order: a short-lived pod's directory may come
-            // and go in one read.
             let mut changes: Vec<Change> = Vec::new();
             let mut rescan = false;
             for ev in events {
@@ -151,7 +212,7 @@ impl Watcher {
                 if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
                     self.dirs.remove(&ev.wd);
                     if kind == Kind::Kubepods {
-                        return Ok(());
+                        return Ok(false);
                     }
                     continue;
                 }
@@ -162,24 +223,41 @@ impl Watcher {
                     continue;
                 }
                 let path = dir.join(name);
-                if ev
+                let created = ev
                     .mask
-                    .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)
-                {
-                    if kind == Kind::Kubepods && pods::is_qos_dir_name(name) {
+                    .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
+                match (kind, created) {
+                    (Kind::Pod(uid), true) => {
+                        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+                            let id = std::os::unix::fs::MetadataExt::ino(&meta);
+                            self.children.insert(path, id);
+                            changes.push(Change::ChildAppeared(uid, id));
+                        }
+                    }
+                    (Kind::Pod(uid), false) => {
+                        if let Some(id) = self.children.remove(&path) {
+                            changes.push(Change::ChildRemoved(uid, id));
+                        }
+                    }
+                    (Kind::Kubepods, true) if pods::is_qos_dir_name(name) => {
                         // A QoS directory's first pod: watch it, then read
                         // what it already holds.
                         self.add(&path, Kind::Qos)?;
-                        changes.extend(
-                            pods::pod_cgroups_in(&path)
-                                .into_iter()
-                                .map(Change::Appeared),
-                        );
-                    } else if let Some(pod) = pods::pod_cgroup_at(&path) {
-                        changes.push(Change::Appeared(pod));
+                        for pod in pods::pod_cgroups_in(&path) {
+                            self.pod_appeared(pod, &mut changes);
+                        }
                     }
-                } else if let Some(uid) = pods::pod_uid_of_dir(name) {
-                    changes.push(Change::Removed(uid));
+                    (_, true) => {
+                        if let Some(pod) = pods::pod_cgroup_at(&path) {
+                            self.pod_appeared(pod, &mut changes);
+                        }
+                    }
+                    (_, false) => {
+                        if let Some(uid) = pods::pod_uid_of_dir(name) {
+                            self.children.retain(|child, _| !child.starts_with(&path));
+                            changes.push(Change::PodRemoved(uid));
+                        }
+                    }
                 }
             }
             if rescan {
@@ -187,18 +265,167 @@ impl Watcher {
                     "pod directories: the event queue overflowed; reading every directory again"
                 );
                 self.scan(engine);
-                continue;
+            } else if !changes.is_empty() {
+                engine.apply(changes);
             }
-            if changes.is_empty() {
-                continue;
-            }
-            let mut engine = lock(engine);
-            for change in changes {
-                match change {
-                    Change::Appeared(pod) => engine.pod_cgroup_appeared(&pod.uid, pod.cgroup_id),
-                    Change::Removed(uid) => engine.pod_cgroup_removed(&uid),
-                }
+            Ok(true)
+        }
+    }
+}
+
+/// Where the watcher's findings go: the engine (a trait so the watcher's
+/// own test can record them).
+trait Sink {
+    /// Every pod directory, read whole.
+    fn scanned(&self, now: BTreeMap<String, ScannedPodDir>);
+    /// Changes, in the kernel's order.
+    fn apply(&self, changes: Vec<Change>);
+}
+
+impl Sink for SharedEngine {
+    fn scanned(&self, now: BTreeMap<String, ScannedPodDir>) {
+        lock(self).pod_cgroups_scanned(now);
+    }
+
+    fn apply(&self, changes: Vec<Change>) {
+        let mut engine = lock(self);
+        for change in changes {
+            match change {
+                Change::PodAppeared(pod) => engine.pod_cgroup_appeared(&pod.uid, pod.cgroup_id),
+                Change::PodRemoved(uid) => engine.pod_cgroup_removed(&uid),
+                Change::ChildAppeared(uid, id) => engine.pod_dir_child_appeared(&uid, id),
+                Change::ChildRemoved(uid, id) => engine.pod_dir_child_removed(&uid, id),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kyverno_runtime_cgroups::{CgroupRoot, CgroupVersion};
+    use std::cell::RefCell;
+    use std::os::unix::fs::MetadataExt;
+
+    const UID: &str = "1f6a4a34-8d2c-4b8e-9a51-2c1e7f3b9d10";
+    const UID2: &str = "2f6a4a34-8d2c-4b8e-9a51-2c1e7f3b9d10";
+
+    /// What the engine would have been told, as text.
+    #[derive(Default)]
+    struct Recorder(RefCell<Vec<String>>);
+
+    impl Sink for Recorder {
+        fn scanned(&self, now: BTreeMap<String, ScannedPodDir>) {
+            for (uid, dir) in now {
+                self.0
+                    .borrow_mut()
+                    .push(format!("scanned {uid} {} {:?}", dir.id, dir.children));
+            }
+        }
+        fn apply(&self, changes: Vec<Change>) {
+            for c in changes {
+                self.0.borrow_mut().push(match c {
+                    Change::PodAppeared(p) => format!("pod {} {}", p.uid, p.cgroup_id),
+                    Change::PodRemoved(uid) => format!("pod gone {uid}"),
+                    Change::ChildAppeared(uid, id) => format!("child {uid} {id}"),
+                    Change::ChildRemoved(uid, id) => format!("child gone {uid} {id}"),
+                });
+            }
+        }
+    }
+
+    fn ino(p: &Path) -> u64 {
+        std::fs::metadata(p)
+            .map(|m| m.ino())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn mkdir(p: &Path) {
+        std::fs::create_dir_all(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    }
+
+    /// The next batch of events, as recorded.
+    fn next(w: &mut Watcher, r: &Recorder) -> Vec<String> {
+        assert!(w.next(r).unwrap_or_else(|e| panic!("{e}")));
+        r.0.borrow_mut().drain(..).collect()
+    }
+
+    /// Batches until `n` lines were recorded.
+    fn at_least(w: &mut Watcher, r: &Recorder, n: usize) -> Vec<String> {
+        let mut got = Vec::new();
+        while got.len() < n {
+            got.extend(next(w, r));
+        }
+        got
+    }
+
+    /// The watcher on a scratch tree shaped as the kubelet's (inotify sees
+    /// mkdir and rmdir on any file system): what is there first, a pod
+    /// appearing in a QoS directory that appeared after the watch began,
+    /// its sandbox's and container's directories, and their removal.
+    #[test]
+    fn reports_pod_directories_and_their_children_in_order() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let kubepods = tmp.path().join("kubepods");
+        let first = kubepods.join("besteffort").join(format!("pod{UID}"));
+        mkdir(&first.join("sandbox"));
+        let hierarchies = Resolver::new(vec![CgroupRoot::new(tmp.path(), CgroupVersion::V2)]);
+        let dirs = hierarchies.kubepods_dirs();
+        assert_eq!(dirs, vec![kubepods.clone()]);
+        let mut w = Watcher::start(&dirs).unwrap_or_else(|e| panic!("{e}"));
+        let r = Recorder::default();
+        w.scan(&r);
+        assert_eq!(
+            r.0.borrow_mut().drain(..).collect::<Vec<_>>(),
+            vec![format!(
+                "scanned {UID} {} [{}]",
+                ino(&first),
+                ino(&first.join("sandbox"))
+            )]
+        );
+
+        // A QoS directory created after the watch began, with a pod in it;
+        // then that pod's sandbox and container.
+        let second = kubepods.join("burstable").join(format!("pod{UID2}"));
+        mkdir(&second);
+        assert_eq!(
+            at_least(&mut w, &r, 1),
+            vec![format!("pod {UID2} {}", ino(&second))]
+        );
+        mkdir(&second.join("sandbox"));
+        mkdir(&second.join("ctr"));
+        assert_eq!(
+            at_least(&mut w, &r, 2),
+            vec![
+                format!("child {UID2} {}", ino(&second.join("sandbox"))),
+                format!("child {UID2} {}", ino(&second.join("ctr"))),
+            ]
+        );
+
+        // Removal: the container's directory, then the pod's.
+        let ctr = ino(&second.join("ctr"));
+        let sandbox = ino(&second.join("sandbox"));
+        std::fs::remove_dir(second.join("ctr")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            at_least(&mut w, &r, 1),
+            vec![format!("child gone {UID2} {ctr}")]
+        );
+        std::fs::remove_dir(second.join("sandbox")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::remove_dir(&second).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            at_least(&mut w, &r, 2),
+            vec![
+                format!("child gone {UID2} {sandbox}"),
+                format!("pod gone {UID2}")
+            ]
+        );
+
+        // Not a pod's directory: nothing; the first pod's container: seen.
+        mkdir(&kubepods.join("not-a-pod"));
+        mkdir(&first.join("ctr"));
+        assert_eq!(
+            at_least(&mut w, &r, 1),
+            vec![format!("child {UID} {}", ino(&first.join("ctr")))]
+        );
     }
 }

@@ -37,6 +37,7 @@ const NAMES: &str = "oe_names";
 const DENIALS: &str = "oe_denials";
 const EXEC_RESOLVED: &str = "oe_exec_resolved";
 const POD_FALLBACK: &str = "oe_pod_fallback";
+const POD_EXEMPT: &str = "oe_pod_exempt";
 
 /// Maps pinned: the pin layout's (`crate::pins`), the one list the
 /// removal knows too.
@@ -160,6 +161,7 @@ pub(super) struct Inner {
     denials: Map,
     exec_resolved: Map,
     pod_fallback: Map,
+    pod_exempt: Map,
     /// The budget of denial records per cgroup and second, written with
     /// the masks (one config entry holds both).
     denials_per_sec: AtomicU32,
@@ -280,6 +282,7 @@ impl Inner {
             denials: map(DENIALS)?,
             exec_resolved: map(EXEC_RESOLVED)?,
             pod_fallback: map(POD_FALLBACK)?,
+            pod_exempt: map(POD_EXEMPT)?,
             denials_per_sec: AtomicU32::new(0),
             _links: Vec::new(),
             object,
@@ -573,6 +576,15 @@ impl Inner {
             &u32::from(on).to_ne_bytes(),
         );
         self.pod_fallback.update(&0u32.to_ne_bytes(), &value)
+    }
+
+    pub(super) fn set_pod_exempt(&self, cgroup: u64, exempt: bool) -> Result<()> {
+        let key = cgroup.to_ne_bytes();
+        if exempt {
+            self.pod_exempt.update(&key, &[1])
+        } else {
+            self.pod_exempt.delete(&key)
+        }
     }
 
     pub(super) fn pod_fallback(&self) -> Result<(bool, u64)> {

@@ -641,6 +641,14 @@ impl OpenExec {
         self.inner.set_pod_fallback(on)
     }
 
+    /// Exempts `cgroup` from the pod directory fallback (or ends its
+    /// exemption): a pod's sandbox, which lives in a child of the pod's
+    /// directory as its containers do. Exempt before the directory is
+    /// bound.
+    pub fn set_pod_exempt(&self, cgroup: u64, exempt: bool) -> Result<()> {
+        self.inner.set_pod_exempt(cgroup, exempt)
+    }
+
     /// Whether the pod directory fallback is on, and how many decisions
     /// it has taken since the programs were loaded.
     pub fn pod_fallback(&self) -> Result<(bool, u64)> {

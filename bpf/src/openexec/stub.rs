@@ -75,6 +75,9 @@ impl Inner {
     pub(super) fn set_pod_fallback(&self, _: bool) -> Result<()> {
         match *self {}
     }
+    pub(super) fn set_pod_exempt(&self, _: u64, _: bool) -> Result<()> {
+        match *self {}
+    }
     pub(super) fn pod_fallback(&self) -> Result<(bool, u64)> {
         match *self {}
     }

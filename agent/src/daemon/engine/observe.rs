@@ -363,6 +363,13 @@ impl Engine {
             )),
             Err(e) => tracing::debug!(error = %e, "open/exec loss counters unavailable"),
         }
+        if let Ok((_, decisions)) = m.open_backend().pod_fallback() {
+            // Counted from 0 at the programs' load, which this process did.
+            let seen = &mut self.pod_dirs.decisions_seen;
+            self.metrics
+                .pod_cgroup_decisions(decisions.saturating_sub(*seen));
+            *seen = (*seen).max(decisions);
+        }
         match m.open_backend().run_stats() {
             Ok(stats) => self.metrics.record_bpf_program_stats(
                 stats

@@ -14,6 +14,16 @@
 //! the watch has not delivered yet is bound when it arrives. The watcher
 //! of the kubelet's directories is `daemon/pod_dirs.rs`.
 //!
+//! The pod's sandbox (the pause process) lives in a child of the pod's
+//! directory too, and a policy of the pod's must never refuse it its
+//! program (an exec default deny would keep every selected pod from
+//! starting). The first child of a pod's directory is the sandbox's (the
+//! kubelet creates containers only once the sandbox runs): it is exempted
+//! in the kernel (`oe_pod_exempt`) before the directory is bound, and the
+//! directory is bound only while its sandbox is known. A sandbox created
+//! again while containers of the old one remain is not recognised and the
+//! directory stays unbound: the safe side (the status path then).
+//!
 //! Only open and exec: the network programs are attached per container
 //! cgroup, and a program attached to the pod's directory would run twice
 //! for every packet of a container that has its own attachment.
@@ -29,11 +39,14 @@ pub struct PodDirs {
     /// A runtime hook (NRI) is registered: it announces every container
     /// before it starts, so the fallback is not needed.
     hook_registered: bool,
-    /// The pod directories that exist, by pod UID: their cgroup ids.
-    cgroups: BTreeMap<String, u64>,
+    /// The pod directories that exist, by pod UID.
+    dirs: BTreeMap<String, PodDir>,
     /// Pods the watch delivered in phase Pending (only while enabled), so
     /// that their directory's appearance can take them.
     pending: BTreeMap<String, Pod>,
+    /// The kernel's count of decisions taken through pod directories at
+    /// the last poll (the metric takes the difference).
+    pub(super) decisions_seen: u64,
 }
 
 impl PodDirs {
@@ -42,18 +55,44 @@ impl PodDirs {
         self.enabled && !self.hook_registered
     }
 
-    /// The pod's directory's cgroup id, while the fallback is active.
+    /// The pod's directory's cgroup id, while the fallback is active and
+    /// the directory's sandbox is known (and exempt).
     pub fn cgroup_of(&self, uid: &str) -> Option<u64> {
-        self.active()
-            .then(|| self.cgroups.get(uid).copied())
-            .flatten()
+        if !self.active() {
+            return None;
+        }
+        self.dirs
+            .get(uid)
+            .filter(|d| d.sandbox.is_some())
+            .map(|d| d.id)
     }
 
     /// Whether `pod` (not Running) is about to run here: Pending, with its
-    /// directory present, while the fallback is active.
+    /// directory bound.
     fn starting(&self, uid: &str, pod: &Pod) -> bool {
-        self.active() && is_pending(pod) && self.cgroups.contains_key(uid)
+        is_pending(pod) && self.cgroup_of(uid).is_some()
     }
+}
+
+/// One pod's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PodDir {
+    /// Its cgroup id.
+    id: u64,
+    /// Its children's cgroup ids (the sandbox's and the containers').
+    children: BTreeSet<u64>,
+    /// The sandbox's: the first child seen in an empty directory.
+    sandbox: Option<u64>,
+}
+
+/// A pod directory as the watcher read it whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedPodDir {
+    /// Its cgroup id.
+    pub id: u64,
+    /// Its children's cgroup ids, oldest first (the first is the
+    /// sandbox's).
+    pub children: Vec<u64>,
 }
 
 /// Phase Pending, or no phase yet.
@@ -122,40 +161,115 @@ impl Engine {
         self.pod_dirs.starting(uid, pod)
     }
 
-    /// The kubelet created pod `uid`'s directory (cgroup `id`).
+    /// The kubelet created pod `uid`'s directory (cgroup `id`); bound
+    /// once its sandbox's directory appears in it.
     pub fn pod_cgroup_appeared(&mut self, uid: &str, id: u64) {
-        if self.pod_dirs.cgroups.insert(uid.to_owned(), id) == Some(id) {
+        if self.pod_dirs.dirs.get(uid).is_some_and(|d| d.id == id) {
             return;
         }
+        let fresh = PodDir {
+            id,
+            children: BTreeSet::new(),
+            sandbox: None,
+        };
+        let old = self.pod_dirs.dirs.insert(uid.to_owned(), fresh);
         self.pod_dir_changed(uid);
+        if let Some(sandbox) = old.and_then(|d| d.sandbox) {
+            self.exempt(sandbox, false);
+        }
     }
 
     /// Pod `uid`'s directory is gone.
     pub fn pod_cgroup_removed(&mut self, uid: &str) {
-        if self.pod_dirs.cgroups.remove(uid).is_none() {
+        let Some(old) = self.pod_dirs.dirs.remove(uid) else {
             return;
-        }
+        };
         self.pod_dir_changed(uid);
+        if let Some(sandbox) = old.sandbox {
+            self.exempt(sandbox, false);
+        }
+    }
+
+    /// A directory appeared in pod `uid`'s: the first in an empty one is
+    /// the sandbox's, exempted, and then the pod's directory is bound.
+    pub fn pod_dir_child_appeared(&mut self, uid: &str, child: u64) {
+        let Some(dir) = self.pod_dirs.dirs.get_mut(uid) else {
+            return;
+        };
+        let first = dir.children.is_empty() && dir.sandbox.is_none();
+        dir.children.insert(child);
+        if first {
+            dir.sandbox = Some(child);
+            // Exempt before the binding that would decide for it.
+            self.exempt(child, true);
+            self.pod_dir_changed(uid);
+        }
+    }
+
+    /// A directory in pod `uid`'s went; the sandbox's going unbinds the
+    /// pod's directory.
+    pub fn pod_dir_child_removed(&mut self, uid: &str, child: u64) {
+        let Some(dir) = self.pod_dirs.dirs.get_mut(uid) else {
+            return;
+        };
+        dir.children.remove(&child);
+        if dir.sandbox == Some(child) {
+            dir.sandbox = None;
+            self.pod_dir_changed(uid);
+            self.exempt(child, false);
+        }
     }
 
     /// Every pod directory there is now (the watcher's first look, and
     /// after its events overflowed): replaces what was known.
-    pub fn pod_cgroups_scanned(&mut self, now: BTreeMap<String, u64>) {
-        let before = std::mem::replace(&mut self.pod_dirs.cgroups, now);
+    pub fn pod_cgroups_scanned(&mut self, now: BTreeMap<String, ScannedPodDir>) {
+        let now: BTreeMap<String, PodDir> = now
+            .into_iter()
+            .map(|(uid, scanned)| {
+                let dir = PodDir {
+                    id: scanned.id,
+                    sandbox: scanned.children.first().copied(),
+                    children: scanned.children.into_iter().collect(),
+                };
+                (uid, dir)
+            })
+            .collect();
+        // Exempt before any binding that would decide for them.
+        for sandbox in now.values().filter_map(|d| d.sandbox) {
+            self.exempt(sandbox, true);
+        }
+        let before = std::mem::replace(&mut self.pod_dirs.dirs, now);
+        let bound = |d: &PodDir| d.sandbox.map(|_| d.id);
         let changed: BTreeSet<String> = before
-            .iter()
-            .filter(|(uid, id)| self.pod_dirs.cgroups.get(*uid) != Some(id))
-            .map(|(uid, _)| uid.clone())
-            .chain(
-                self.pod_dirs
-                    .cgroups
-                    .iter()
-                    .filter(|(uid, id)| before.get(*uid) != Some(id))
-                    .map(|(uid, _)| uid.clone()),
-            )
+            .keys()
+            .chain(self.pod_dirs.dirs.keys())
+            .filter(|uid| {
+                before.get(*uid).and_then(bound) != self.pod_dirs.dirs.get(*uid).and_then(bound)
+            })
+            .cloned()
             .collect();
         for uid in changed {
             self.pod_dir_changed(&uid);
+        }
+        let kept: BTreeSet<u64> = self
+            .pod_dirs
+            .dirs
+            .values()
+            .filter_map(|d| d.sandbox)
+            .collect();
+        for gone in before.values().filter_map(|d| d.sandbox) {
+            if !kept.contains(&gone) {
+                self.exempt(gone, false);
+            }
+        }
+    }
+
+    /// Writes or removes a sandbox's exemption in the kernel.
+    fn exempt(&mut self, cgroup: u64, exempt: bool) {
+        if let Some(m) = self.openexec.get() {
+            if let Err(e) = m.open_backend().set_pod_exempt(cgroup, exempt) {
+                tracing::error!(error = %e, cgroup, exempt, "exempting a pod sandbox from the pod directory fallback failed");
+            }
         }
     }
 

@@ -906,11 +906,17 @@ fn a_pod_directory_binds_its_pod_to_open_exec_while_no_runtime_hook_announces_co
         "a Pending pod without its directory is not on the node yet"
     );
 
-    // The kubelet creates the pod's directory: the pod is taken, its
-    // directory bound to open/exec, and named in attribution; the network
-    // backends (attached per container) are not given it.
+    // The kubelet creates the pod's directory: nothing yet, until the
+    // sandbox's directory (the first in it) is known and exempt; then the
+    // pod is taken, its directory bound to open/exec, and named in
+    // attribution; the network backends (attached per container) are not
+    // given it.
     e.pod_cgroup_appeared("uid-web", 4242);
+    assert!(!e.pod_known("uid-web"));
+    e.pod_dir_child_appeared("uid-web", 5000);
     assert!(e.pod_known("uid-web"));
+    // A container's directory after it: no change.
+    e.pod_dir_child_appeared("uid-web", 5001);
     assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![4242]));
     assert_eq!(
         e.manager_pods("uid-web").map(|p| p.egress.cgroups.len()),
@@ -931,11 +937,23 @@ fn a_pod_directory_binds_its_pod_to_open_exec_while_no_runtime_hook_announces_co
     // through the directory; the directory gone: no longer.
     e.apply_pod(&pod("a", "web", &[("app", "web")]));
     assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![4242]));
+    // The sandbox gone: unbound, and a directory appearing beside the
+    // remaining container's is not taken for a sandbox.
+    e.pod_dir_child_removed("uid-web", 5000);
+    assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![]));
+    e.pod_dir_child_appeared("uid-web", 5002);
+    assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![]));
+    // Emptied, a new sandbox binds it again; the directory gone, unbound.
+    e.pod_dir_child_removed("uid-web", 5001);
+    e.pod_dir_child_removed("uid-web", 5002);
+    e.pod_dir_child_appeared("uid-web", 5003);
+    assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![4242]));
     e.pod_cgroup_removed("uid-web");
     assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![]));
 
     // A finished pod whose directory is still there is not on the node.
     e.pod_cgroup_appeared("uid-done", 7);
+    e.pod_dir_child_appeared("uid-done", 8);
     e.apply_pod(&with_phase(pod("a", "done", &[]), "Succeeded"));
     assert!(!e.pod_known("uid-done"));
 
@@ -943,11 +961,26 @@ fn a_pod_directory_binds_its_pod_to_open_exec_while_no_runtime_hook_announces_co
     // pod is forgotten.
     let other = with_phase(pod("a", "next", &[]), "Pending");
     e.apply_pod(&other);
-    e.pod_cgroups_scanned(BTreeMap::from([("uid-next".to_string(), 9)]));
+    let scanned = |id, children: &[u64]| ScannedPodDir {
+        id,
+        children: children.to_vec(),
+    };
+    e.pod_cgroups_scanned(BTreeMap::from([(
+        "uid-next".to_string(),
+        scanned(9, &[11, 12]),
+    )]));
     assert_eq!(openexec_cgroups(&e, "uid-next"), Some(vec![9]));
+    // Read again without its sandbox's directory (an empty one): unbound.
+    e.pod_cgroups_scanned(BTreeMap::from([("uid-next".to_string(), scanned(9, &[]))]));
+    assert!(!e.pod_known("uid-next"));
+    e.pod_cgroups_scanned(BTreeMap::from([(
+        "uid-next".to_string(),
+        scanned(9, &[11]),
+    )]));
     e.delete_pod("uid-next");
     assert!(!e.pod_known("uid-next"));
     e.pod_cgroup_appeared("uid-next", 10);
+    e.pod_dir_child_appeared("uid-next", 13);
     assert!(!e.pod_known("uid-next"), "a deleted pod is not taken again");
 }
 
@@ -957,6 +990,7 @@ fn without_the_fallback_a_pod_directory_binds_nothing() {
     assert!(!e.pod_cgroup_fallback_active());
     e.apply_pod(&with_phase(pod("a", "web", &[]), "Pending"));
     e.pod_cgroup_appeared("uid-web", 4242);
+    e.pod_dir_child_appeared("uid-web", 5000);
     assert!(!e.pod_known("uid-web"));
     e.apply_pod(&pod("a", "web", &[]));
     assert_eq!(openexec_cgroups(&e, "uid-web"), Some(vec![]));
