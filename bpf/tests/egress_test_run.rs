@@ -23,11 +23,10 @@
 #[path = "common/cgroup.rs"]
 mod cgroup;
 
-use cgroup::{cgroup2_mount, own_cgroup_dir, own_cgroup_id};
+use cgroup::{cgroup2_mount, exclusive, own_cgroup_dir, own_cgroup_id, shared};
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use kyverno_runtime_bpf::egress::{
     Decision, EgressError, EgressFilter, FilterFlags, Observation, Prefix, Stats, Verdict,
@@ -39,17 +38,7 @@ const DROP: u32 = 0;
 // ----------------------------------------------------------------------------
 // The test process's cgroup.
 
-/// Held (read) by every test; the test that moves this process into another
-/// cgroup holds it exclusively, so no other test runs meanwhile.
-static CGROUP: RwLock<()> = RwLock::new(());
-
-fn shared() -> RwLockReadGuard<'static, ()> {
-    CGROUP.read().unwrap_or_else(|e| e.into_inner())
-}
-
-fn exclusive() -> RwLockWriteGuard<'static, ()> {
-    CGROUP.write().unwrap_or_else(|e| e.into_inner())
-}
+// shared() and exclusive(): tests/common/cgroup.rs.
 
 /// This process moved into a fresh child cgroup; moved back and the child
 /// removed on drop.

@@ -27,9 +27,8 @@ mod cgroup;
 #[path = "common/tlsmsg.rs"]
 mod tlsmsg;
 
-use cgroup::{cgroup2_mount, cgroup_id, own_cgroup_dir};
+use cgroup::{cgroup2_mount, cgroup_id, exclusive, own_cgroup_dir, shared};
 use std::fs;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tlsmsg::{alpn_extension, client_hello, client_hello_with, extension, u16be};
 
 use kyverno_runtime_bpf::protocol::{
@@ -45,17 +44,7 @@ const SET: u32 = 7;
 // ----------------------------------------------------------------------------
 // The test process's cgroup.
 
-/// Held (read) by every test; the test that moves this process into another
-/// cgroup holds it exclusively, so no other test runs meanwhile.
-static CGROUP: RwLock<()> = RwLock::new(());
-
-fn shared() -> RwLockReadGuard<'static, ()> {
-    CGROUP.read().unwrap_or_else(|e| e.into_inner())
-}
-
-fn exclusive() -> RwLockWriteGuard<'static, ()> {
-    CGROUP.write().unwrap_or_else(|e| e.into_inner())
-}
+// shared() and exclusive(): tests/common/cgroup.rs.
 
 // ----------------------------------------------------------------------------
 // Frames.
@@ -203,7 +192,7 @@ fn quic_initial(version: u32) -> Vec<u8> {
 struct Fixture {
     classifier: ProtocolClassifier,
     cgroup: u64,
-    _guard: RwLockReadGuard<'static, ()>,
+    _guard: cgroup::SharedCgroup,
 }
 
 impl Fixture {

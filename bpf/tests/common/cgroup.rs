@@ -79,3 +79,53 @@ impl Drop for TempCgroup {
         eprintln!("cannot remove {}", self.0.display());
     }
 }
+
+/// Held (read) by every test that needs this process to stay in its
+/// cgroup; the test that moves the process into another cgroup holds it
+/// exclusively, so no other test runs meanwhile.
+static PROCESS_CGROUP: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+std::thread_local! {
+    /// This thread's hold of [`PROCESS_CGROUP`] (read), and how many
+    /// [`SharedCgroup`]s share it. A test may hold two fixtures at once;
+    /// taking the lock a second time on one thread would deadlock behind a
+    /// writer waiting for the first (std's RwLock lets no reader in past a
+    /// waiting writer): the CI run of stop 49's first try hung so.
+    static HELD: std::cell::RefCell<(usize, Option<std::sync::RwLockReadGuard<'static, ()>>)> =
+        const { std::cell::RefCell::new((0, None)) };
+}
+
+/// A share of this thread's read hold of the process's cgroup (see
+/// [`shared`]); the hold ends with the last share.
+pub struct SharedCgroup(());
+
+impl Drop for SharedCgroup {
+    fn drop(&mut self) {
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            h.0 -= 1;
+            if h.0 == 0 {
+                h.1 = None;
+            }
+        });
+    }
+}
+
+/// Keeps this process in its cgroup for as long as the share lives: taken
+/// once per thread, however many fixtures a test holds.
+pub fn shared() -> SharedCgroup {
+    HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        if h.0 == 0 {
+            h.1 = Some(PROCESS_CGROUP.read().unwrap_or_else(|e| e.into_inner()));
+        }
+        h.0 += 1;
+    });
+    SharedCgroup(())
+}
+
+/// Moves of this process between cgroups: no [`shared`] hold is taken
+/// meanwhile (never call it while this thread holds one).
+pub fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    PROCESS_CGROUP.write().unwrap_or_else(|e| e.into_inner())
+}
