@@ -15,8 +15,7 @@
 
 use crate::layout::{self, Driver};
 use crate::mountinfo::CgroupVersion;
-use crate::resolve::{Resolver, MAX_SEARCH_DEPTH, MAX_SEARCH_DIRS};
-use std::collections::VecDeque;
+use crate::resolve::{walk_dirs, Resolver, Step};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -193,38 +192,21 @@ impl Resolver {
     }
 }
 
-/// Breadth-first search for the shallowest kubepods directories below
-/// `start` (bounded like the pod directory search; pods' directories are
-/// not entered).
+/// The shallowest kubepods directories below `start`
+/// ([`walk_dirs`](crate::resolve::walk_dirs); pods' directories are not
+/// entered, and nothing below the level of the first found).
 fn search_kubepods(start: &Path) -> Vec<PathBuf> {
-    let mut queue = VecDeque::from([(start.to_path_buf(), 0usize)]);
-    let mut read = 0usize;
     let mut found = Vec::new();
-    while let Some((dir, depth)) = queue.pop_front() {
-        read += 1;
-        if read > MAX_SEARCH_DIRS {
-            break;
+    walk_dirs(start, |name, path| {
+        if is_kubepods_dir(name) {
+            found.push(path);
+            Step::Skip
+        } else if found.is_empty() && !layout::looks_like_pod_dir(name) {
+            Step::Descend
+        } else {
+            Step::Skip
         }
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        let mut children: Vec<(String, PathBuf)> = entries
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
-            .collect();
-        children.sort();
-        for (name, path) in children {
-            if is_kubepods_dir(&name) {
-                found.push(path);
-            } else if found.is_empty()
-                && depth + 1 < MAX_SEARCH_DEPTH
-                && !layout::looks_like_pod_dir(&name)
-            {
-                queue.push_back((path, depth + 1));
-            }
-        }
-    }
+    });
     found
 }
 

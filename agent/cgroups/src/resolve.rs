@@ -353,20 +353,29 @@ impl Attempt {
     }
 }
 
-/// Breadth-first search for the pod's directory below `start`, at most
+/// What a bounded walk does after visiting one directory.
+pub(crate) enum Step {
+    /// Stop the walk.
+    Stop,
+    /// Queue the directory, so its own subdirectories are visited.
+    Descend,
+    /// Go on without entering it.
+    Skip,
+}
+
+/// Breadth-first over the directories below `start`, at most
 /// [`MAX_SEARCH_DEPTH`] levels deep and [`MAX_SEARCH_DIRS`] directories
-/// read. Entries are visited in name order and the shallowest match wins,
-/// so the result is deterministic. Symlinks are not followed, other pods'
-/// directories are not entered, and unreadable directories are skipped: the
-/// search is a fallback, and the standard candidates already reported
-/// their own errors.
-fn search_pod_dir(start: &Path, uid: &str) -> Option<(Driver, PathBuf)> {
+/// read: `visit` is given each one's name and path, in name order level by
+/// level, so a walk is deterministic. Symlinks are not followed and
+/// unreadable directories are skipped (a walk is a fallback: the standard
+/// candidates already reported their own errors).
+pub(crate) fn walk_dirs(start: &Path, mut visit: impl FnMut(&str, PathBuf) -> Step) {
     let mut queue = VecDeque::from([(start.to_path_buf(), 0usize)]);
     let mut read = 0usize;
     while let Some((dir, depth)) = queue.pop_front() {
         read += 1;
         if read > MAX_SEARCH_DIRS {
-            return None;
+            return;
         }
         let Ok(entries) = fs::read_dir(&dir) else {
             continue;
@@ -378,13 +387,28 @@ fn search_pod_dir(start: &Path, uid: &str) -> Option<(Driver, PathBuf)> {
             .collect();
         children.sort();
         for (name, path) in children {
-            if let Some(driver) = layout::pod_dir_driver(&name, uid) {
-                return Some((driver, path));
-            }
-            if depth + 1 < MAX_SEARCH_DEPTH && !layout::looks_like_pod_dir(&name) {
-                queue.push_back((path, depth + 1));
+            match visit(&name, path.clone()) {
+                Step::Stop => return,
+                Step::Descend if depth + 1 < MAX_SEARCH_DEPTH => queue.push_back((path, depth + 1)),
+                Step::Descend | Step::Skip => {}
             }
         }
     }
-    None
+}
+
+/// The pod's directory below `start` ([`walk_dirs`]): the shallowest
+/// match wins; other pods' directories are not entered.
+fn search_pod_dir(start: &Path, uid: &str) -> Option<(Driver, PathBuf)> {
+    let mut found = None;
+    walk_dirs(start, |name, path| {
+        if let Some(driver) = layout::pod_dir_driver(name, uid) {
+            found = Some((driver, path));
+            Step::Stop
+        } else if layout::looks_like_pod_dir(name) {
+            Step::Skip
+        } else {
+            Step::Descend
+        }
+    });
+    found
 }
