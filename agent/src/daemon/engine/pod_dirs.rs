@@ -248,8 +248,8 @@ impl Engine {
             })
             .cloned()
             .collect();
-        for uid in changed {
-            self.pod_dir_changed(&uid);
+        if self.pod_dirs.active() {
+            self.rebind_pod_dirs(changed);
         }
         let kept: BTreeSet<u64> = self
             .pod_dirs
@@ -273,20 +273,39 @@ impl Engine {
         }
     }
 
-    /// Pod `uid`'s directory appeared, changed or went: the pod is taken
-    /// again (a Pending one joins or leaves the node's pods) and its
-    /// open/exec binding follows.
+    /// Pod `uid`'s directory appeared, changed or went.
     fn pod_dir_changed(&mut self, uid: &str) {
-        if !self.pod_dirs.active() {
-            return;
+        if self.pod_dirs.active() {
+            self.rebind_pod_dirs(BTreeSet::from([uid.to_owned()]));
         }
-        if let Some(pod) = self.pod_dirs.pending.get(uid).cloned() {
-            let pod = self.started.watched(&pod).into_owned();
-            self.take_pod(&pod);
+    }
+
+    /// The pods of `uids` after their directories' binding changed: a
+    /// Pending one is taken again (it joins or leaves the node's pods with
+    /// its directory, and taking it programs it), and one on the node
+    /// before and after is programmed again (its open/exec binding gained
+    /// or lost the directory). Each is programmed once.
+    fn rebind_pod_dirs(&mut self, uids: BTreeSet<String>) {
+        let known_before: Vec<String> = uids
+            .iter()
+            .filter(|uid| self.pods.contains_key(*uid))
+            .cloned()
+            .collect();
+        for uid in &uids {
+            if let Some(pod) = self.pod_dirs.pending.get(uid).cloned() {
+                let pod = self.started.watched(&pod).into_owned();
+                self.take_pod(&pod);
+            }
         }
-        if self.pods.contains_key(uid) {
+        let rebound: BTreeSet<String> = known_before
+            .into_iter()
+            .filter(|uid| self.pods.contains_key(uid))
+            .collect();
+        for uid in &rebound {
             self.observe_pod(uid);
-            self.program_pod(uid);
+        }
+        if !rebound.is_empty() {
+            self.program_pods(rebound);
         }
     }
 
@@ -307,18 +326,13 @@ impl Engine {
                 "the runtime hook announces containers; pod directories are no longer bound"
             );
         }
-        let pending: Vec<Pod> = self.pod_dirs.pending.values().cloned().collect();
-        for pod in pending {
-            let pod = self.started.watched(&pod).into_owned();
-            self.take_pod(&pod);
-        }
-        let uids: BTreeSet<String> = self.pods.keys().cloned().collect();
-        for uid in &uids {
-            self.observe_pod(uid);
-        }
-        if !uids.is_empty() {
-            self.program_pods(uids);
-        }
+        let uids = self
+            .pods
+            .keys()
+            .chain(self.pod_dirs.pending.keys())
+            .cloned()
+            .collect();
+        self.rebind_pod_dirs(uids);
     }
 }
 
