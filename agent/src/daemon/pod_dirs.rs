@@ -46,7 +46,7 @@ fn watch(engine: &SharedEngine, hierarchies: &Resolver) {
         }
         waiting_said = false;
         let ended = Watcher::start(&kubepods).and_then(|mut w| {
-            tracing::info!(dirs = ?w.watched(), "pod directories: watching where the kubelet creates them");
+            tracing::info!(dirs = ?w.parents(), "pod directories: watching where the kubelet creates them");
             w.scan(engine);
             w.run(engine)
         });
@@ -122,12 +122,14 @@ impl Watcher {
         Ok(())
     }
 
-    fn watched(&self) -> Vec<&Path> {
-        let mut dirs: Vec<&Path> = self
+    /// The watched directories pods' directories appear in (kubepods and
+    /// its QoS directories), in path order.
+    fn parents(&self) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = self
             .dirs
             .values()
             .filter(|(_, k)| !matches!(k, Kind::Pod(_)))
-            .map(|(p, _)| p.as_path())
+            .map(|(p, _)| p.clone())
             .collect();
         dirs.sort();
         dirs
@@ -152,14 +154,8 @@ impl Watcher {
     /// Every pod directory in the watched directories now, each watched,
     /// with its children, handed to the engine.
     fn scan(&mut self, engine: &impl Sink) {
-        let parents: Vec<PathBuf> = self
-            .dirs
-            .values()
-            .filter(|(_, k)| !matches!(k, Kind::Pod(_)))
-            .map(|(p, _)| p.clone())
-            .collect();
         let mut now = BTreeMap::new();
-        for parent in parents {
+        for parent in self.parents() {
             for pod in pods::pod_cgroups_in(&parent) {
                 let children = self.watch_pod(&pod);
                 now.insert(
