@@ -312,25 +312,31 @@ struct {
  * they start). The pod's binding decides for it until the container's
  * own arrives.
  *
- * krt_oe_fallback_id: the parent cgroup's id while the daemon has the
- * fallback on, else 0 (one inlined array read when off).
+ * krt_oe_fallback: the switch (and its count) while the daemon has the
+ * fallback on, else NULL: one inlined array read.
  */
-static __always_inline __u64 krt_oe_fallback_id(void)
+static __always_inline struct krt_oe_pod_fallback *krt_oe_fallback(void)
 {
 	struct krt_oe_pod_fallback *fb;
-	struct cgroup_subsys_state *css;
-	struct task_struct *task;
-	struct cgroup *up;
 	__u32 zero = 0;
 
 	fb = bpf_map_lookup_elem(&oe_pod_fallback, &zero);
-	if (!fb || !fb->on)
-		return 0;
-	task = (struct task_struct *)bpf_get_current_task();
-	/* bpf_get_current_cgroup_id() is the default hierarchy's cgroup's
-	 * kernfs node id. Its parent is reached through the cgroup's own css
-	 * (a member of struct cgroup every kernel has; kernfs_node's parent
-	 * was renamed in 6.15), then that cgroup's kernfs node. */
+	return fb && fb->on ? fb : 0;
+}
+
+/*
+ * The current task's parent cgroup's id (0 for the root).
+ * bpf_get_current_cgroup_id() is the default hierarchy's cgroup's kernfs
+ * node id. The parent is reached through the cgroup's own css (a member of
+ * struct cgroup every kernel has; kernfs_node's parent was renamed in
+ * 6.15), then that cgroup's kernfs node.
+ */
+static __always_inline __u64 krt_oe_parent_cgroup_id(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct cgroup_subsys_state *css;
+	struct cgroup *up;
+
 	css = BPF_CORE_READ(task, cgroups, dfl_cgrp, self.parent);
 	if (!css)
 		return 0;
@@ -338,27 +344,27 @@ static __always_inline __u64 krt_oe_fallback_id(void)
 	return BPF_CORE_READ(up, kn, id);
 }
 
-/* The parent's binding, if the fallback is on and the parent is bound;
- * *cgid becomes the parent's, so what is counted and reported names the
- * pod. */
+/* The parent's binding, if the fallback is on, the task's cgroup is not
+ * exempt and the parent is bound; *cgid becomes the parent's, so what is
+ * counted and reported names the pod. */
 static __always_inline struct krt_oe_cgroup *krt_oe_pod_cgroup(__u64 *cgid)
 {
 	struct krt_oe_pod_fallback *fb;
 	struct krt_oe_cgroup *cg;
-	__u32 zero = 0;
 	__u64 parent;
 
-	parent = krt_oe_fallback_id();
-	if (!parent)
+	fb = krt_oe_fallback();
+	if (!fb)
 		return 0;
 	if (bpf_map_lookup_elem(&oe_pod_exempt, cgid))
+		return 0;
+	parent = krt_oe_parent_cgroup_id();
+	if (!parent)
 		return 0;
 	cg = bpf_map_lookup_elem(&oe_cgroups, &parent);
 	if (!cg)
 		return 0;
-	fb = bpf_map_lookup_elem(&oe_pod_fallback, &zero);
-	if (fb)
-		__sync_fetch_and_add(&fb->hits, 1);
+	__sync_fetch_and_add(&fb->hits, 1);
 	*cgid = parent;
 	return cg;
 }

@@ -89,7 +89,8 @@ int BPF_PROG(krt_oe_fmod_ret_bprm_check, struct linux_binprm *bprm, int ret)
 	/* The stash is this task's: decided for its cgroup, or for its
 	 * pod's directory through the fallback. */
 	if (!cfg || !st ||
-	    (p->ev.cgroup != bpf_get_current_cgroup_id() && p->ev.cgroup != krt_oe_fallback_id())) {
+	    (p->ev.cgroup != bpf_get_current_cgroup_id() &&
+	     !(krt_oe_fallback() && p->ev.cgroup == krt_oe_parent_cgroup_id()))) {
 		bpf_map_delete_elem(&oe_pending, &key);
 		return 0;
 	}

@@ -432,6 +432,10 @@ const CASES: &[(&str, Case)] = &[
         "a_container_not_bound_yet_is_decided_by_its_pods_directory",
         pod_directory_fallback,
     ),
+    (
+        "through_its_pods_directory_a_container_is_decided_and_counted_as_if_bound",
+        pod_directory_fallback_as_bound,
+    ),
 ];
 
 fn cases(only: Option<&str>) -> ExitCode {
@@ -683,6 +687,84 @@ fn pod_directory_fallback(env: &Env) -> Result<(), String> {
     x.check(
         fallback(&m).1 >= hits,
         "the count of decisions is kept across the switch",
+    );
+    x.finish()
+}
+
+/// The fallback on the combinations users write (several policies on one
+/// pod, several behaviors in one policy, monitor beside enforce, `*`
+/// beside other deny values, allow and deny of one value): a container
+/// decided through its pod's directory gets, for every operation, the
+/// outcome a cgroup bound to the same pod gets, and the same counts.
+fn pod_directory_fallback_as_bound(env: &Env) -> Result<(), String> {
+    let mut m = env.manager(None);
+    let pod_dir = env.cgroup("pod");
+    let sandbox = pod_dir.child("sandbox");
+    let container = pod_dir.child("ctr");
+    let bound = env.cgroup("bound");
+    policy("p-dd", "web", Mode::Enforce)
+        .exec(&[&bin("allowed"), &bin("a")], &["*", &bin("denied")])
+        .open(&[], &[&file("secret")])
+        .apply(&mut m);
+    policy("p-lift", "web", Mode::Enforce)
+        .exec(&[&bin("other")], &[])
+        .open(&[&file("public")], &[&file("public"), &file("b")])
+        .apply(&mut m);
+    policy("p-watch", "web", Mode::Monitor)
+        .exec(&[], &[&bin("a"), &bin("c")])
+        .open(&[], &[&file("b"), &file("c")])
+        .apply(&mut m);
+    add_pod(&mut m, pod("pod-a", "web", &[&pod_dir, &bound]));
+    m.open_backend().set_pod_exempt(sandbox.id, true).unwrap();
+    m.open_backend().set_pod_fallback(true).unwrap();
+    let _ = m.drain();
+
+    let mut x = Expect::new(env);
+    let ops: Vec<(&str, String)> = ["denied", "allowed", "a", "b", "c", "other"]
+        .iter()
+        .map(|b| ("exec", bin(b)))
+        .chain(
+            ["secret", "public", "a", "b", "c", "other"]
+                .iter()
+                .map(|f| ("open", file(f))),
+        )
+        .collect();
+    let mut outcomes = BTreeSet::new();
+    for (op, path) in &ops {
+        let want = env.run(Some(&bound), op, path);
+        let got = env.run(Some(&container), op, path);
+        match (want, got) {
+            (Ok(want), Ok(got)) => {
+                outcomes.insert(format!("{want:?}"));
+                x.check(
+                    want == got,
+                    format!("{op} {path}: bound {want:?}, through the pod's directory {got:?}"),
+                );
+            }
+            (want, got) => x.check(false, format!("{op} {path}: {want:?} / {got:?}")),
+        }
+    }
+    x.check(
+        outcomes.len() == 2,
+        format!("the cases must both refuse and let through: {outcomes:?}"),
+    );
+    // The same counts (refusals, and everything the monitor policy
+    // counts), under the pod's directory and the bound cgroup.
+    let drained = m.drain();
+    let counted = |id: u64| {
+        let mut c: BTreeMap<String, u64> = BTreeMap::new();
+        for (behavior, o) in &drained.observations {
+            if o.cgroup == id && o.observed.starts_with(WORK) {
+                *c.entry(format!("{behavior:?} {} {:?}", o.observed, o.decision))
+                    .or_default() += o.count;
+            }
+        }
+        c
+    };
+    let (through_dir, as_bound) = (counted(pod_dir.id), counted(bound.id));
+    x.check(
+        !as_bound.is_empty() && through_dir == as_bound,
+        format!("counted through the pod's directory {through_dir:?}, as bound {as_bound:?}"),
     );
     x.finish()
 }
