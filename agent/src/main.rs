@@ -10,6 +10,11 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     use std::io::Write as _;
+    // Launched by the container runtime as the startup gate (an NRI
+    // plugin the daemon installed), not run as a command.
+    if let Some(connection) = kyverno_runtime_nri::gate::launched_by_runtime() {
+        return daemon::run_as_gate(connection);
+    }
     let args = cli::Cli::parse();
     cli::init_logging(&args.log);
     let result = cli::run(args).and_then(|code| Ok(cli::out::flush().map(|()| code)?));

@@ -17,6 +17,7 @@
 //! on too long is dropped by it, and a hook that blocks on the daemon must
 //! never hold the daemon's own pod (cilium/tetragon#2402).
 
+pub mod gate;
 pub mod mux;
 pub mod plugin;
 

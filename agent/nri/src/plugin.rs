@@ -150,19 +150,33 @@ async fn session(config: &Config, containers: Arc<dyn Containers>) -> Result<Str
     let trunk = tokio::net::UnixStream::connect(&config.socket)
         .await
         .map_err(|e| format!("connecting to {}: {e}", config.socket.display()))?;
+    let service = Arc::new(Service {
+        containers,
+        answer_within: config.answer_within,
+        state: Mutex::new(SessionState::default()),
+    });
+    serve(trunk, &config.name, &config.index, service).await
+}
+
+/// Serves `service` as the plugin `index`-`name` over `trunk`, a
+/// connection to the runtime (one the plugin opened, or the one a runtime
+/// that launched the plugin handed it): registers and serves until the
+/// connection ends. `Ok` with why it ended once registered, `Err` with why
+/// it never registered.
+pub(crate) async fn serve(
+    trunk: tokio::net::UnixStream,
+    name: &str,
+    index: &str,
+    service: Arc<dyn api_ttrpc::Plugin + Send + Sync>,
+) -> Result<String, String> {
     let (mut conns, mut tasks) = mux::split(trunk, &[PLUGIN_SERVICE, RUNTIME_SERVICE]);
     let (Some(runtime_conn), Some(plugin_conn)) = (conns.pop(), conns.pop()) else {
         return Err("the multiplexer opened no connections".to_string());
     };
-    let service = Arc::new(Service {
-        containers: containers.clone(),
-        answer_within: config.answer_within,
-        state: Mutex::new(SessionState::default()),
-    });
     let incoming =
         futures::stream::once(async move { Ok(plugin_conn) }).chain(futures::stream::pending());
     let mut server = ttrpc::r#async::Server::new()
-        .register_service(api_ttrpc::create_plugin(service.clone()))
+        .register_service(api_ttrpc::create_plugin(service))
         .add_listener(Listener::new(incoming));
     server
         .start()
@@ -171,8 +185,8 @@ async fn session(config: &Config, containers: Arc<dyn Containers>) -> Result<Str
     let client =
         api_ttrpc::RuntimeClient::new(ttrpc::r#async::Client::new(Socket::new(runtime_conn)));
     let request = api::RegisterPluginRequest {
-        plugin_name: config.name.clone(),
-        plugin_idx: config.index.clone(),
+        plugin_name: name.to_string(),
+        plugin_idx: index.to_string(),
         ..Default::default()
     };
     let registered = client
@@ -210,15 +224,20 @@ struct Service {
     state: Mutex<SessionState>,
 }
 
-/// The events the plugin subscribes to (NRI's mask: bit `event - 1`).
+/// The events the plugin subscribes to.
 fn subscribed_events() -> i32 {
-    [
+    event_mask(&[
         Event::START_CONTAINER,
         Event::STOP_CONTAINER,
         Event::REMOVE_CONTAINER,
-    ]
-    .into_iter()
-    .fold(0, |mask, e| mask | (1 << (e as i32 - 1)))
+    ])
+}
+
+/// NRI's subscription mask of `events`: bit `event - 1`.
+pub(crate) fn event_mask(events: &[Event]) -> i32 {
+    events
+        .iter()
+        .fold(0, |mask, e| mask | (1 << (*e as i32 - 1)))
 }
 
 impl Service {

@@ -282,3 +282,84 @@ async fn the_plugin_registers_answers_starts_within_its_bound_and_registers_agai
     plugin.abort();
     Ok(())
 }
+
+/// The startup gate, as the runtime that launched it sees it: it
+/// registers under its own name, subscribes to creations only, refuses a
+/// creation outside its namespaces while the ready file is absent (with a
+/// reason the kubelet shows, not an error that would make the runtime drop
+/// it), lets one in a namespace it never holds through, counts what it
+/// held, and lets everything through once the ready file is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_holds_creations_until_the_ready_file_and_counts_them() -> Result<(), String> {
+    use kyverno_runtime_nri::gate::{self, GateConfig};
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let socket = dir.path().join("nri.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).map_err(|e| e.to_string())?;
+    // The runtime hands a launched plugin a connected socket; here, one
+    // end of a connection to this test's listener.
+    let connection = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| e.to_string())?;
+    let plugin = tokio::spawn(gate::run(connection));
+    let (reg_tx, mut registered) = mpsc::unbounded_channel();
+    let (client, _server, _tasks) = accept(&listener, reg_tx).await?;
+    assert_eq!(
+        next(&mut registered).await.as_deref(),
+        Some("00/kyverno-runtime-gate")
+    );
+    let ready = dir.path().join("run/kyverno-runtime/startup-gate.ready");
+    let config = GateConfig {
+        installed_by: gate::INSTALLED_BY.into(),
+        ready_file: ready.clone(),
+        not_held_namespaces: ["kube-system".to_string()].into(),
+        hold_at_most_seconds: 600,
+    };
+    let configured = client
+        .configure(
+            ctx(),
+            &api::ConfigureRequest {
+                runtime_name: "containerd".into(),
+                config: serde_json::to_string(&config).map_err(|e| e.to_string())?,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    // CREATE_CONTAINER only.
+    assert_eq!(configured.events, 1 << 3);
+    client
+        .synchronize(ctx(), &api::SynchronizeRequest::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let create = |namespace: &str| api::CreateContainerRequest {
+        pod: Some(api::PodSandbox {
+            namespace: namespace.into(),
+            ..pod()
+        })
+        .into(),
+        container: Some(container("a", ContainerState::CONTAINER_CREATED)).into(),
+        ..Default::default()
+    };
+    match client.create_container(ctx(), &create("shop")).await {
+        Err(ttrpc::Error::RpcStatus(status)) => {
+            assert_eq!(status.code(), ttrpc::Code::UNAVAILABLE);
+            assert!(
+                status.message().contains("startup gate"),
+                "{}",
+                status.message()
+            );
+        }
+        other => return Err(format!("a creation before the ready file: {other:?}")),
+    }
+    client
+        .create_container(ctx(), &create("kube-system"))
+        .await
+        .map_err(|e| format!("kube-system is never held: {e}"))?;
+    let held = std::fs::read_to_string(config.held_file()).map_err(|e| e.to_string())?;
+    assert_eq!(held.trim(), "1");
+    std::fs::write(&ready, "").map_err(|e| e.to_string())?;
+    client
+        .create_container(ctx(), &create("shop"))
+        .await
+        .map_err(|e| format!("a creation after the ready file: {e}"))?;
+    plugin.abort();
+    Ok(())
+}

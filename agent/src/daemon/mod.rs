@@ -40,6 +40,7 @@ mod pod_dirs;
 mod resolve;
 mod retry;
 mod services;
+mod startup_gate;
 mod taint;
 mod watches;
 
@@ -70,6 +71,7 @@ use tokio::task::JoinSet;
 use watches::lock;
 
 pub use convert::parse_duration;
+pub use startup_gate::run_as_gate;
 
 /// The namespaces enforce policies leave alone: `--protected-namespaces`
 /// and the daemon's own, unless `--enforce-protected-namespaces`.
@@ -241,6 +243,34 @@ pub struct DaemonArgs {
     /// from its first instruction. Needs cgroup v2.
     #[arg(long, env = "KRT_POD_CGROUP_FALLBACK", default_value_t = true, action = clap::ArgAction::Set)]
     pub pod_cgroup_fallback: bool,
+    /// The startup gate for a rebooted node: the daemon installs its binary
+    /// as an NRI plugin the container runtime starts with itself, which
+    /// refuses to create containers (the kubelet retries) until this daemon
+    /// enforces again after the node booted. Off: a gate this daemon
+    /// installed before is removed.
+    #[arg(long, env = "KRT_STARTUP_GATE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub startup_gate: bool,
+    /// The longest the startup gate holds containers after the runtime
+    /// started; past it they are created (a daemon that does not come back
+    /// must not keep a node's workloads down).
+    #[arg(long, env = "KRT_STARTUP_GATE_HOLD_AT_MOST", default_value = "10m", value_parser = parse_duration)]
+    pub startup_gate_hold_at_most: Duration,
+    /// Namespaces the startup gate never holds, beside the daemon's own,
+    /// kube-system and --protected-namespaces (comma-separated).
+    #[arg(long, env = "KRT_STARTUP_GATE_NOT_HELD", value_delimiter = ',')]
+    pub startup_gate_not_held: Vec<String>,
+    /// The runtime's NRI plugin directory (containerd's `plugin_path`),
+    /// where the startup gate is installed.
+    #[arg(long, env = "KRT_NRI_PLUGIN_DIR", default_value = "/opt/nri/plugins")]
+    pub nri_plugin_dir: PathBuf,
+    /// The runtime's NRI plugin configuration directory (containerd's
+    /// `plugin_config_path`), where the startup gate's configuration goes.
+    #[arg(
+        long,
+        env = "KRT_NRI_PLUGIN_CONFIG_DIR",
+        default_value = "/etc/nri/conf.d"
+    )]
+    pub nri_plugin_config_dir: PathBuf,
 }
 
 fn parse_open_exec(s: &str) -> Result<OpenExecBackend, String> {
@@ -713,6 +743,17 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
     // time SIGTERM arrives on `helm uninstall` the RBAC objects may already
     // be gone, so the answer must be known before, not asked after.
     let uninstalling = Arc::new(AtomicBool::new(false));
+    // The startup gate's files on the node (through PID 1's root in a
+    // pod): installed or removed now, opened once the daemon enforces,
+    // removed at an uninstall.
+    let (gate_paths, gate_config) = startup_gate::configured(
+        &args,
+        &kyverno_runtime_compat::HostMounts::locate(&kyverno_runtime_compat::LiveHost).1,
+        protected_namespaces(&args)
+            .into_iter()
+            .chain(args.pod_namespace.clone()),
+    );
+    startup_gate::set_up(&gate_paths, &gate_config, args.startup_gate);
     if let Some(p) = placement.clone() {
         let (client, flag, stop) = (
             client.clone(),
@@ -785,6 +826,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
             data: Some(data_rx),
             reconciled: Some(reconciled_tx),
         };
+        let reconciled_for_gate = reconciled_rx.clone();
         let key = args.startup_taint.trim().to_string();
         if !key.is_empty() {
             let (client, node, stop, done) = (
@@ -815,6 +857,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                 None => tracing::info!("pod directory fallback off: open/exec enforcement is not available on this node"),
             }
         }
+        let mut nri_registered = None;
         if let Some(nri_socket) = &args.nri_socket {
             watches::lock(&engine).enable_runtime_hook();
             let not_held = protected_namespaces(&args)
@@ -825,6 +868,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                 nri::NriContainers::new(engine.clone(), metrics.clone(), not_held)
                     .context("starting the NRI plugin's engine worker")?,
             );
+            nri_registered = Some(containers.registered());
             // A path on the node: in a pod (hostPID, no host mounts) it is
             // reached through PID 1's root, as the cgroup mounts are.
             let (_, host_root) =
@@ -864,6 +908,19 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                     .await
                     .unwrap_or_else(|_| Err(anyhow::anyhow!("the NRI plugin's thread ended")));
                 ("NRI plugin", ran)
+            });
+        }
+        if args.startup_gate {
+            let (paths, stop, done) = (
+                gate_paths.clone(),
+                stopped(stop_rx.clone()),
+                stopped(stop_rx.clone()),
+            );
+            tasks.spawn(async move {
+                startup_gate::open_when_enforcing(paths, reconciled_for_gate, nri_registered, stop)
+                    .await;
+                done.await;
+                ("startup gate", Ok(()))
             });
         }
         let (e, stop) = (engine.clone(), stopped(stop_rx.clone()));
@@ -954,6 +1011,15 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
     }
     if uninstalling.load(Ordering::SeqCst) {
         remove_pins(&args.pin_dir);
+        match startup_gate::remove(&gate_paths) {
+            Ok(true) => {
+                tracing::info!(plugin = %gate_paths.plugin.display(), "DaemonSet deleted (uninstall): removed the startup gate")
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "DaemonSet deleted (uninstall): the startup gate could not be removed; remove it on the node")
+            }
+        }
     } else {
         tracing::info!(pin_dir = %args.pin_dir.display(), "pins kept for the next daemon to adopt");
     }

@@ -48,6 +48,9 @@ pub struct NriContainers {
     /// hook that waits on the daemon must not wait for the daemon's own pod
     /// (cilium/tetragon#2402).
     not_held: BTreeSet<String>,
+    /// Whether the plugin is registered now (the startup gate opens only
+    /// once it has been: a container started before would not wait).
+    registered: tokio::sync::watch::Sender<bool>,
 }
 
 impl NriContainers {
@@ -72,7 +75,13 @@ impl NriContainers {
             commands,
             metrics,
             not_held,
+            registered: tokio::sync::watch::Sender::new(false),
         })
+    }
+
+    /// Follows whether the plugin is registered with the runtime.
+    pub fn registered(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.registered.subscribe()
     }
 
     /// Queues `command`; a worker that is gone answers nothing (its
@@ -162,10 +171,12 @@ impl Containers for NriContainers {
         match state {
             Registration::Registered { runtime } => {
                 self.metrics.set_container_start_hook(HOOK, true);
+                self.registered.send_replace(true);
                 tracing::info!(%runtime, "NRI: registered; containers are programmed before they start");
             }
             Registration::Unregistered { reason } => {
                 self.metrics.set_container_start_hook(HOOK, false);
+                self.registered.send_replace(false);
                 tracing::warn!(%reason, "NRI: not registered; containers are programmed once their Pod's status names them (after they start)");
                 self.send(Command::Disconnected);
             }
