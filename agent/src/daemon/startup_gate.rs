@@ -88,14 +88,19 @@ pub fn install(paths: &GatePaths, config: &GateConfig, exe: &Path) -> Result<&'s
     })
 }
 
-/// Removes the gate and its ready file when the configuration says they
-/// are this daemon's; `Ok(false)`: none of ours there.
+/// Removes the gate when the configuration says it is this daemon's;
+/// `Ok(false)`: none of ours there. The gate the runtime is running stays
+/// running until the runtime restarts, so the ready file is written, not
+/// removed: that gate then holds nothing (measured: a gate removed with
+/// its ready file held every new container on the node for its 10
+/// minutes). `/run` empties at the next boot, when no gate starts.
 pub fn remove(paths: &GatePaths) -> Result<bool, String> {
     if !paths.ours() {
         return Ok(false);
     }
+    open(paths)?;
     // The plugin first: a configuration without its plugin is inert.
-    for path in [&paths.plugin, &paths.config, &paths.ready, &paths.held] {
+    for path in [&paths.plugin, &paths.config, &paths.held] {
         match std::fs::remove_file(path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -362,20 +367,34 @@ mod tests {
     }
 
     #[test]
-    fn removed_with_its_ready_file_only_when_its_own() {
+    fn removed_only_when_its_own_leaving_the_running_gate_open() {
         let (_root, paths, config, exe) = setup();
         install(&paths, &config, &exe).unwrap();
         std::fs::create_dir_all(paths.ready.parent().unwrap()).unwrap();
         std::fs::write(&paths.held, "3\n").unwrap();
-        assert_eq!(open(&paths), Ok(3));
-        assert!(paths.ready.exists());
         let other = paths.ready.with_file_name("someone-elses");
         std::fs::write(&other, "kept").unwrap();
+        // Removed before the daemon ever opened it: the gate the runtime
+        // runs until it restarts must still let containers through.
+        assert!(!paths.ready.exists());
         assert_eq!(remove(&paths), Ok(true));
-        for p in [&paths.plugin, &paths.config, &paths.ready, &paths.held] {
+        for p in [&paths.plugin, &paths.config, &paths.held] {
             assert!(!p.exists(), "{} left", p.display());
         }
+        assert!(
+            paths.ready.exists(),
+            "the running gate would hold everything"
+        );
         assert!(other.exists());
         assert_eq!(remove(&paths), Ok(false));
+    }
+
+    #[test]
+    fn opening_says_how_many_creations_were_held() {
+        let (_root, paths, _config, _exe) = setup();
+        std::fs::create_dir_all(paths.ready.parent().unwrap()).unwrap();
+        std::fs::write(&paths.held, "3\n").unwrap();
+        assert_eq!(open(&paths), Ok(3));
+        assert!(paths.ready.exists());
     }
 }
