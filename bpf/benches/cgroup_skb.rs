@@ -23,6 +23,8 @@
 
 #[path = "../tests/common/cgroup.rs"]
 mod cgroup;
+#[path = "cgroup_skb/table.rs"]
+mod table;
 #[path = "../tests/common/tlsmsg.rs"]
 mod tlsmsg;
 
@@ -446,6 +448,12 @@ fn main() {
             ratio
         );
     }
+
+    // Issue 27's table: per socket, beside the reference.
+    let reference_dir = std::env::var_os("KRT_REFERENCE_DIR").map(std::path::PathBuf::from);
+    let mut table_rows = table::egress_rows(&floor, reference_dir.as_deref());
+    table_rows.extend(table::classifier_rows(&floor));
+    table::print(&table_rows, reference_dir.is_some());
 
     real_traffic(&floor);
 }
