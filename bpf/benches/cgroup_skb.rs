@@ -236,11 +236,11 @@ fn main() {
                     r.per_run
                 })
                 .collect();
-            // Each test run is one socket: its first two packets decide
-            // (the second caches), the rest repeat the cached verdict.
-            // The figure is of that path.
+            // Each test run is one socket: its first packet decides
+            // (and caches), the rest repeat the cached verdict. The
+            // figure is of that path.
             let cached = filter.read_stats().unwrap().cached - before.cached;
-            assert_eq!(cached, u64::from(REPEAT - 2) * ROUNDS as u64);
+            assert_eq!(cached, u64::from(REPEAT - 1) * ROUNDS as u64);
             rows.push(Row {
                 name: format!("egress {family:<9} {n:>6} {what}, {case}"),
                 per_packet: median(runs),
@@ -429,7 +429,7 @@ fn main() {
     classifier.remove_cgroup(cgroup).unwrap();
 
     println!(
-        "BPF_PROG_TEST_RUN, repeat {REPEAT} (median of {ROUNDS}; a socket per run, so all but its first two packets take the cached verdict); 1st packets: mean of {FIRST_PACKETS} single runs, first segments of {FRESH_FLOWS}"
+        "BPF_PROG_TEST_RUN, repeat {REPEAT} (median of {ROUNDS}; a socket per run, so all but its first packet take the cached verdict); 1st packets: mean of {FIRST_PACKETS} single runs, first segments of {FRESH_FLOWS}"
     );
     println!("{:<72} {:>10} {:>9}", "case", "ns/packet", "x floor");
     let single_floor = mean(&single_floor);
@@ -476,7 +476,7 @@ fn join(dir: &Path) {
 }
 
 /// ns per datagram sent on one connected UDP socket (its first datagram
-/// untimed; the second caches the verdict the rest repeat).
+/// untimed, and it caches the verdict the rest repeat).
 fn time_sends(to: SocketAddr) -> Duration {
     let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     s.connect(to).unwrap();
@@ -550,14 +550,20 @@ fn real_traffic(floor: &FloorProgram) {
     join(&home);
     let after = filter.read_stats().unwrap();
     // Every datagram of the filtered cgroup passed (a drop fails the send),
-    // all but the first two of each connected socket took the cached
-    // verdict, and no one-shot socket cached one.
+    // all but the first of each connected socket took the cached verdict
+    // (but the first on each CPU the process moved to: the cache is per
+    // CPU), and no one-shot socket found one.
     let rounds = TRAFFIC_ROUNDS as u64;
     assert_eq!(
         after.allowed - before.allowed,
         rounds * u64::from(SENDS + 1 + ONE_SHOT_SOCKETS)
     );
-    assert_eq!(after.cached - before.cached, rounds * u64::from(SENDS - 1));
+    let cached = after.cached - before.cached;
+    assert!(
+        cached <= rounds * u64::from(SENDS) && cached >= rounds * u64::from(SENDS) * 9 / 10,
+        "{cached} cached of {} connected sends",
+        rounds * u64::from(SENDS + 1)
+    );
     assert!(filter.detach_cgroup(filter_link).unwrap());
 
     println!();

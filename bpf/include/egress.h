@@ -268,9 +268,9 @@ struct krt_egress_stats {
 	 * of the first four counters too): no map but the generations was
 	 * read for them. */
 	__u64 cached;
-	/* Verdicts that could not be cached on their socket (allocation
-	 * failed, or another CPU cached one first): the next packet of the
-	 * socket takes the full path again. */
+	/* Verdicts that could not be cached for their socket (a write to its
+	 * slot was in progress beneath this run, on this CPU): the next
+	 * packet of the socket takes the full path again. */
 	__u64 cache_failed;
 };
 
@@ -327,11 +327,9 @@ enum krt_egress_generation_slot {
 };
 
 /*
- * A socket's cached verdict (sk storage `egress_sock_cache`): what the
- * full path decided for the socket's last destination. Never written in
- * place once published: a new verdict replaces the element (delete, then
- * create with the new value), so a reader on another CPU sees the old
- * element or the new one, never a mix.
+ * A socket's cached verdict: what the full path decided for the socket's
+ * last destination, in a slot of `egress_cpu_cache` (struct
+ * krt_egress_cpu_cache).
  */
 struct krt_egress_sock_cache {
 	__u64 policy_gen; /* egress_generation[KRT_EGRESS_GEN_POLICY] */
@@ -345,6 +343,23 @@ struct krt_egress_sock_cache {
 	__u32 family; /* enum krt_egress_family */
 	/* The destination, network byte order; IPv4 in the first 4 bytes. */
 	__u8 addr[16];
+};
+
+/*
+ * One slot of the per-CPU verdict cache `egress_cpu_cache`: the socket
+ * (its cookie, never reused while the system runs) and its verdict.
+ * Written in place, so guarded by a sequence count as the kernel's
+ * seqcount: odd while a write is in progress. Only this CPU writes or
+ * reads the slot, but a program run in process context can be
+ * interrupted by one run from a softirq (a TCP ACK, a retransmit) on the
+ * same CPU: a reader that finds the count odd, or changed across its
+ * reads, misses; a writer that finds it odd leaves the slot alone.
+ */
+struct krt_egress_cpu_cache {
+	__u32 seq;
+	__u32 _pad;
+	__u64 cookie;
+	struct krt_egress_sock_cache c;
 };
 
 #endif /* KRT_EGRESS_H */

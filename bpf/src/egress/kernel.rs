@@ -1896,8 +1896,7 @@ mod tests {
                 PINNED_MAPS.contains(&name.as_str())
                     || [
                         GENERATION,
-                        "egress_sock_cache",
-                        "egress_seen",
+                        "egress_cpu_cache",
                         // The DNS question side: rewritten at every start
                         // (the resolvers), or short-lived (the questions
                         // and budgets), or counters since load.

@@ -20,8 +20,7 @@
 //! | `observations` | LRU hash, 2^14 | `struct krt_egress_obs_key { u32 set_id, decision, family; u8 addr[16]; }` | `u64` packets |
 //! | `stats` | per-CPU array, 1 | `u32` 0 | `struct krt_egress_stats` (outcome counters) |
 //! | `egress_generation` | array, 2 | `u32` slot | `u64` policy and learned generations (not pinned) |
-//! | `egress_sock_cache` | sk storage | a socket | `struct krt_egress_sock_cache`: its cached verdict (not pinned) |
-//! | `egress_seen` | array, 64 | `u32` cookie's low bits | `u64` cookie of a socket decided once, cached at its next packet (not pinned) |
+//! | `egress_cpu_cache` | per-CPU array, 1,024 | `u32` a socket cookie's low bits | `struct krt_egress_cpu_cache`: the socket's cookie and its cached verdict, under a sequence count (not pinned) |
 //!
 //! | `egress_domains` | hash, 2^14 | `struct krt_egress_domain_key { domain_key name; u32 set_id; }` | `struct krt_egress_domain { u32 verdicts; u32 name_id; }` (allow, deny, observe bits) |
 //! | `egress_learned` | hash (not preallocated, never evicts), 2^18 | `struct krt_egress_learned_key { u32 set_id, family; u8 addr[16]; }` | `struct krt_egress_learned { u64 expires_ns; u32 verdicts; u32 name_id; }` |
