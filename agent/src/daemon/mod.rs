@@ -1010,7 +1010,8 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
         tasks.abort_all();
     }
     if uninstalling.load(Ordering::SeqCst) {
-        remove_pins(&args.pin_dir);
+        // The gate first: two files, before the pins' longer work, within
+        // the grace period the kubelet gives the pod.
         match startup_gate::remove(&gate_paths) {
             Ok(true) => {
                 tracing::info!(plugin = %gate_paths.plugin.display(), "DaemonSet deleted (uninstall): removed the startup gate")
@@ -1020,6 +1021,7 @@ async fn run_async(args: DaemonArgs, metrics_addr: Option<SocketAddr>) -> anyhow
                 tracing::error!(error = %e, "DaemonSet deleted (uninstall): the startup gate could not be removed; remove it on the node")
             }
         }
+        remove_pins(&args.pin_dir);
     } else {
         tracing::info!(pin_dir = %args.pin_dir.display(), "pins kept for the next daemon to adopt");
     }
