@@ -42,6 +42,9 @@ pub const GATE_INDEX: &str = "00";
 /// how it knows the plugin and its configuration are its own (it replaces
 /// and removes only those).
 pub const INSTALLED_BY: &str = "kyverno-runtime";
+/// The held-counter file's name, beside the ready file (the gate writes
+/// it, the daemon reads it).
+pub const HELD_FILE_NAME: &str = "startup-gate.held";
 /// Set by the runtime for a plugin it launched: the plugin's name.
 pub const PLUGIN_NAME_ENV: &str = "NRI_PLUGIN_NAME";
 /// Set by the runtime for a plugin it launched: the descriptor of the
@@ -84,7 +87,7 @@ impl GateConfig {
     /// The held-counter file beside the ready file: how many creations the
     /// gate refused since the runtime started it, for the daemon to report.
     pub fn held_file(&self) -> PathBuf {
-        self.ready_file.with_file_name("startup-gate.held")
+        self.ready_file.with_file_name(HELD_FILE_NAME)
     }
 }
 

@@ -13,7 +13,7 @@
 //! [`INSTALLED_BY`]; the same proof before it removes them (at an
 //! uninstall, or when the gate is turned off).
 
-use kyverno_runtime_nri::gate::{GateConfig, GATE_INDEX, GATE_NAME, INSTALLED_BY};
+use kyverno_runtime_nri::gate::{GateConfig, GATE_INDEX, GATE_NAME, HELD_FILE_NAME, INSTALLED_BY};
 use std::io::Read as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -42,7 +42,7 @@ impl GatePaths {
         Self {
             plugin: reach(&plugin_dir.join(&name)),
             config: reach(&config_dir.join(format!("{name}.conf"))),
-            held: ready.with_file_name("startup-gate.held"),
+            held: ready.with_file_name(HELD_FILE_NAME),
             ready,
         }
     }
